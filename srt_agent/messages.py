@@ -1,0 +1,65 @@
+"""Chat messages: the observations of every multi-turn environment.
+
+A message is frozen wire data (it crosses into the chat format, trajectories and traces), so it is a
+pydantic model rather than a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Role = Literal["system", "user", "assistant", "tool"]
+"""Who wrote a message. ``tool`` messages carry the result of one tool call."""
+
+
+class Message(BaseModel):
+    """One chat message.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: The message text. For ``tool`` messages, the tool's output or an error report.
+        tool_call_id: For ``tool`` messages, the id of the call this answers.
+        name: For ``tool`` messages, the name of the tool that was called.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    content: str
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        """The message as a plain dict in the shape HF chat templates expect (unset fields omitted)."""
+        return self.model_dump(exclude_none=True)
+
+
+def system(content: str) -> Message:
+    """A system message."""
+    return Message(role="system", content=content)
+
+
+def user(content: str) -> Message:
+    """A user message."""
+    return Message(role="user", content=content)
+
+
+def assistant(content: str) -> Message:
+    """An assistant message."""
+    return Message(role="assistant", content=content)
+
+
+def tool_result(content: str, *, call_id: str, name: str) -> Message:
+    """A tool-result message answering call ``call_id`` of tool ``name``."""
+    return Message(role="tool", content=content, tool_call_id=call_id, name=name)
+
+
+def format_transcript(messages: list[Message] | tuple[Message, ...]) -> str:
+    """Render messages as plain text, one block per message, for logs and terminals."""
+    blocks = []
+    for m in messages:
+        head = m.role if m.name is None else f"{m.role} ({m.name})"
+        blocks.append(f"[{head}]\n{m.content}")
+    return "\n\n".join(blocks)
