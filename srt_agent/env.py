@@ -44,9 +44,7 @@ class EnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_turns: int = Field(16, ge=1, le=1000, description="Assistant turns before the episode is truncated.")
-    max_action_chars: int = Field(
-        32_000, ge=1, description="Longest assistant turn accepted, in characters."
-    )
+    max_action_chars: int = Field(32_000, ge=1, description="Longest assistant turn accepted, in characters.")
 
 
 class EnvConfigError(ValueError):
@@ -114,7 +112,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
     """
 
     # render_fps only silences gymnasium's checker: a transcript has no frame rate.
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 - gymnasium API
     config_model: ClassVar[type[EnvConfig]] = EnvConfig
 
     def __init__(self, render_mode: str | None = None, **options: Any):
@@ -244,7 +242,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
             return self._finish_step(tr, results)
         return self._finish_step(await asyncio.to_thread(self.on_message, action), [])
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         """The transcript as text in ``"ansi"`` mode; ``None`` otherwise."""
         if self.render_mode == "ansi":
             return format_transcript(self._transcript) + "\n"

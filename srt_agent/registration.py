@@ -31,7 +31,10 @@ def register_env(env_id: str, entry_point: str | type[MultiTurnEnv], **default_o
         entry_point: ``"module:Class"`` or the class itself.
         **default_options: Default constructor options (overridable in ``gymnasium.make``).
     """
-    ep = entry_point if isinstance(entry_point, str) else f"{entry_point.__module__}:{entry_point.__qualname__}"
+    if isinstance(entry_point, str):
+        ep = entry_point
+    else:
+        ep = f"{entry_point.__module__}:{entry_point.__qualname__}"
     if env_id in gym.registry:
         if _REGISTERED.get(env_id) == ep:
             return

@@ -16,11 +16,13 @@ from gymnasium.spaces import Space
 
 from srt_agent.messages import Message
 
-_SAMPLE_PIECES = (
-    list(string.ascii_letters + string.digits + string.punctuation)
-    + [" ", " ", " ", "\n", "é", "→", "数"]
-    + ["<tool_call>", "</tool_call>", '{"name": ', '"arguments": {}', "}", "<answer>", "</answer>"]
-)
+_SAMPLE_PIECES = [
+    *string.ascii_letters,
+    *string.digits,
+    *string.punctuation,
+    *[" ", " ", " ", "\n", "é", "→", "数"],
+    *["<tool_call>", "</tool_call>", '{"name": ', '"arguments": {}', "}", "<answer>", "</answer>"],
+]
 
 
 class AnyText(Space[str]):
@@ -107,11 +109,7 @@ class MessagesSpace(Space[tuple[Message, ...]]):
 
     def contains(self, x: Any) -> bool:
         """True for a tuple of at most ``max_messages`` Message objects."""
-        return (
-            isinstance(x, tuple)
-            and len(x) <= self.max_messages
-            and all(isinstance(m, Message) for m in x)
-        )
+        return isinstance(x, tuple) and len(x) <= self.max_messages and all(isinstance(m, Message) for m in x)
 
     def __repr__(self) -> str:
         return f"MessagesSpace(max_messages={self.max_messages})"

@@ -43,8 +43,10 @@ class GenericTestConfig(EnvConfig):
 
 
 class GenericTestEnv(MultiTurnEnv):
-    """A tiny env for tests: one question; a reply containing ``answer`` wins, any other reply gets
-    "Try again."; it has the :func:`echo` tool (or the ``tools`` you pass).
+    """A tiny env for tests: one question, answered in any number of turns.
+
+    A reply containing ``answer`` wins; any other reply gets "Try again.". It offers the
+    :func:`echo` tool (or the ``tools`` you pass).
 
     Args:
         tools: Tools to offer instead of ``echo``.
@@ -124,13 +126,14 @@ def check_multiturn_env(env: gym.Env[Any, Any], *, seeds: Iterable[int] = (0, 1,
     for seed in seeds:
         obs1, info1 = env.reset(seed=seed)
         obs2, info2 = env.reset(seed=seed)
-        assert obs1 == obs2 and info1["task_id"] == info2["task_id"], f"seed {seed}: reset is not deterministic"
+        same = obs1 == obs2 and info1["task_id"] == info2["task_id"]
+        assert same, f"seed {seed}: reset is not deterministic"
         assert isinstance(info1.get("task_id"), str) and info1["task_id"], f"seed {seed}: info lacks task_id"
         assert isinstance(info1.get("tools"), list), f"seed {seed}: info lacks the tool schema list"
         for schema in info1["tools"]:
             assert schema.get("type") == "function" and "name" in schema["function"], f"bad schema {schema}"
         assert all(isinstance(m, Message) for m in obs1) and obs1, f"seed {seed}: bad opening {obs1!r}"
         env.action_space.seed(seed)
-        obs, _, terminated, truncated, info = env.step(env.action_space.sample())
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
         assert all(isinstance(m, Message) for m in obs), "step must return a tuple of messages"
         assert isinstance(terminated, bool) and isinstance(truncated, bool)

@@ -57,6 +57,7 @@ class Tool:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function directly (no validation, no timeout)."""
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
@@ -84,9 +85,7 @@ class Tool:
             ToolArgumentsError: With one line per problem, naming the argument and the expected type.
         """
         if not isinstance(arguments, dict):
-            raise ToolArgumentsError(
-                f"arguments must be a JSON object, got {type(arguments).__name__}"
-            )
+            raise ToolArgumentsError(f"arguments must be a JSON object, got {type(arguments).__name__}")
         try:
             model = self.args_model.model_validate(arguments)
         except ValidationError as exc:
@@ -142,9 +141,7 @@ def _build_args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (hints[pname], Field(default, description=docs.get(pname)))
     model_name = "".join(p.capitalize() for p in re.split(r"[_\-]", name)) + "Args"
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-        model_name, __config__=ConfigDict(extra="forbid"), **fields
-    )
+    model: type[BaseModel] = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
     return model
 
 

@@ -254,9 +254,7 @@ class ToolSet:
 
     def execute(self, turn: ParsedTurn) -> list[ToolResult]:
         """Execute every call of a turn in order; malformed blocks yield error results in place."""
-        return [
-            self.call(c) if isinstance(c, ToolCall) else self._malformed(c) for c in self._ordered(turn)
-        ]
+        return [self.call(c) if isinstance(c, ToolCall) else self._malformed(c) for c in self._ordered(turn)]
 
     async def aexecute(self, turn: ParsedTurn) -> list[ToolResult]:
         """Async :meth:`execute`."""
