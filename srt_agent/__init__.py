@@ -4,7 +4,7 @@ The env/tool foundation is importable from the top level; built-in envs register
 on ``import srt_agent.envs`` (or on the first :func:`make`).
 """
 
-from srt_agent.env import EnvConfig, EnvConfigError, MultiTurnEnv, Transition, async_step
+from srt_agent.env import EnvConfig, EnvConfigError, MultiTurnEnv, Transition, async_step, oracle_policy
 from srt_agent.messages import Message
 from srt_agent.policy import EpisodeResult, Policy, run_episode
 from srt_agent.registration import UnknownEnvError, make, register_env, registered_envs
@@ -30,6 +30,7 @@ __all__ = [
     "UnknownEnvError",
     "async_step",
     "make",
+    "oracle_policy",
     "parse_tool_calls",
     "register_env",
     "registered_envs",

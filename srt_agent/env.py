@@ -269,3 +269,16 @@ async def async_step(
     if isinstance(inner, MultiTurnEnv):
         return await inner.astep(action)
     return await asyncio.to_thread(env.step, action)
+
+
+def oracle_policy(env: gym.Env[Observation, str]) -> Policy:
+    """The oracle of the (possibly wrapped) env's current task; call after ``reset``.
+
+    Raises:
+        TypeError: The env is not a :class:`MultiTurnEnv`.
+        NotImplementedError: The env has no oracle.
+    """
+    inner = env.unwrapped
+    if not isinstance(inner, MultiTurnEnv):
+        raise TypeError(f"oracle_policy needs a MultiTurnEnv, got {type(inner).__name__}")
+    return inner.oracle()
