@@ -64,13 +64,17 @@ def _write_json(path: Path | None, record: dict[str, Any]) -> None:
 def envs_cmd() -> None:
     """List the registered multi-turn envs with their tools and options."""
     table = Table(title="Registered multi-turn environments")
-    for col in ("id", "tools", "max turns", "description"):
-        table.add_column(col, overflow="fold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("tools", no_wrap=True)
+    table.add_column("max turns", justify="right")
+    table.add_column("description")
     for env_id in registered_envs():
         env = gym.make(env_id).unwrapped
         assert isinstance(env, MultiTurnEnv)
-        doc = (type(env).__doc__ or "").strip().splitlines()[0] if type(env).__doc__ else ""
-        table.add_row(env_id, ", ".join(env.tools.names) or "-", str(env.config.max_turns), doc)
+        doc = (type(env).__doc__ or "").strip()
+        table.add_row(
+            env_id, "\n".join(env.tools.names) or "-", str(env.config.max_turns), doc.split("\n")[0]
+        )
         env.close()
     console.print(table)
 

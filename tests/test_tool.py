@@ -39,7 +39,9 @@ def test_validation_coerces_and_reports() -> None:
     with pytest.raises(ToolArgumentsError) as info:
         add.validate({"a": "two", "c": 1})
     msg = str(info.value)
-    assert "argument 'a'" in msg and "missing required argument 'b'" in msg and "unexpected argument 'c'" in msg
+    assert (
+        "argument 'a'" in msg and "missing required argument 'b'" in msg and "unexpected argument 'c'" in msg
+    )
     with pytest.raises(ToolArgumentsError, match="JSON object"):
         add.validate([1, 2])
 

@@ -28,7 +28,10 @@ def test_round_trip_of_well_formed_calls(parts: list[tuple[str, str, dict[str, A
     assert parsed.text == ("".join(p for p, _, _ in parts) + tail).strip()
 
 
-@given(st.text(max_size=300) | st.lists(st.sampled_from([OPEN_TAG, CLOSE_TAG, "{", "}", '"name"', ":", "x"])).map("".join))
+@given(
+    st.text(max_size=300)
+    | st.lists(st.sampled_from([OPEN_TAG, CLOSE_TAG, "{", "}", '"name"', ":", "x"])).map("".join)
+)
 @settings(max_examples=300, deadline=None)
 def test_never_raises_and_accounts_for_every_block(text: str) -> None:
     parsed = parse_tool_calls(text)

@@ -97,7 +97,9 @@ def test_async_execution_does_not_block_the_loop_on_a_hung_sync_tool() -> None:
                 await asyncio.sleep(0.02)
                 ticks += 1
 
-        parsed = parse_tool_calls(format_tool_call("hang", {"seconds": 30}) + format_tool_call("double", {"x": 2}))
+        parsed = parse_tool_calls(
+            format_tool_call("hang", {"seconds": 30}) + format_tool_call("double", {"x": 2})
+        )
         results, _ = await asyncio.gather(TOOLS.aexecute(parsed), ticker())
         return [r.error for r in results], ticks
 
