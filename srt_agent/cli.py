@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import gymnasium as gym
 import typer
 from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from srt_agent import __version__
-from srt_agent.env import EnvConfigError, MultiTurnEnv, oracle_policy
+from srt_agent.console import print_message
+from srt_agent.demo import OracleStats, run_oracle
+from srt_agent.env import EnvConfigError, MultiTurnEnv
 from srt_agent.play import play as play_episode
-from srt_agent.policy import run_episode
 from srt_agent.registration import UnknownEnvError, make, registered_envs
 
 app = typer.Typer(
@@ -98,48 +99,59 @@ def play_cmd(
         env.close()
 
 
+def _demo_env(env_id: str, seeds: range, *, quiet: bool) -> OracleStats | None:
+    """Run one env's oracle over ``seeds`` with a progress bar; ``None`` if it has no oracle."""
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console) as bar:
+        task = bar.add_task(env_id, total=len(seeds))
+        try:
+            stats = run_oracle(env_id, seeds, on_episode=lambda _: bar.advance(task))
+        except NotImplementedError:
+            return None
+    if not quiet:
+        console.rule(f"{env_id}: last episode (seed {seeds[-1]})")
+        for message in stats.last.transcript:
+            print_message(console, message)
+    return stats
+
+
 @app.command("demo")
 def demo_cmd(
-    seed: Annotated[int, typer.Option(help="Seed for every episode.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the first episode (then seed+1, ...).")] = 0,
+    episodes: Annotated[int, typer.Option(min=1, help="Oracle episodes per env.")] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the summary as JSON here.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="Only print the summary table.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Do not print transcripts.")] = False,
 ) -> None:
-    """List the envs, then let each env's oracle play one episode and summarise the results."""
+    """List the envs, then let each env's oracle play episodes and summarise the results."""
     envs_cmd()
-    table = Table(title=f"Oracle episodes (seed {seed})")
-    for col in ("env", "task", "turns", "tool calls", "reward", "end", "seconds"):
-        table.add_column(col)
-    record: dict[str, Any] = {"seed": seed}
+    table = Table(title=f"Oracle episodes (seeds {seed}..{seed + episodes - 1})")
+    table.add_column("env", no_wrap=True)
+    # Short headers so the table fits 80 columns: n = episodes, success = share with reward 1,
+    # reward/turns/tools = means per episode, trunc = episodes cut off by the turn limit.
+    for col in ("n", "success", "reward", "turns", "tools", "trunc", "sec"):
+        table.add_column(col, justify="right")
+    record: dict[str, Any] = {"seed": seed, "episodes": episodes}
     ok = True
     for env_id in registered_envs():
-        env = gym.make(env_id)
-        if not quiet:
-            console.rule(env_id)
-        t0 = time.perf_counter()
-        try:
-            if quiet:
-                result = run_episode(env, oracle_policy, seed=seed)
-            else:
-                played = play_episode(env, seed=seed, oracle=True, console=console)
-                assert played is not None
-                result = played
-        except NotImplementedError:
-            table.add_row(env_id, "-", "-", "-", "-", "no oracle", "-")
+        stats = _demo_env(env_id, range(seed, seed + episodes), quiet=quiet)
+        if stats is None:
+            table.add_row(env_id, "-", "no oracle", "-", "-", "-", "-", "-")
             continue
-        finally:
-            env.close()
-        seconds = time.perf_counter() - t0
-        calls = sum(1 for m in result.transcript if m.role == "tool")
-        end = "terminated" if result.terminated else "truncated"
-        reward = f"{result.total_reward:g}"
-        table.add_row(env_id, result.task_id, str(result.turns), str(calls), reward, end, f"{seconds:.2f}")
-        key = env_id.replace("/", "_").replace("-", "_")
-        record[f"{key}_reward"] = result.total_reward
-        record[f"{key}_turns"] = result.turns
-        ok = ok and result.total_reward > 0
+        table.add_row(
+            env_id,
+            str(stats.episodes),
+            f"{stats.success_rate:.0%}",
+            f"{stats.mean_reward:.3f}",
+            f"{stats.mean_turns:.1f}",
+            f"{stats.mean_tool_calls:.1f}",
+            str(stats.truncated),
+            f"{stats.seconds:.2f}",
+        )
+        record.update(stats.flat())
+        ok = ok and stats.success_rate == 1.0
     console.print(table)
     _write_json(json_path, record)
     if not ok:
+        err_console.print("[red]an oracle failed to solve every task[/red]")
         raise typer.Exit(1)
 
 

@@ -41,11 +41,21 @@ def test_play_bad_option_exits_2() -> None:
 
 def test_demo_writes_flat_json(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    result = runner.invoke(app, ["demo", "--quiet", "--json", str(out)], env={"COLUMNS": "200"})
+    args = ["demo", "--quiet", "--episodes", "5", "--seed", "10", "--json", str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())
-    assert record["srt_Retail_v0_reward"] == 1.0 and record["srt_Calculator_v0_reward"] == 1.0
+    assert record["episodes"] == 5 and record["seed"] == 10
+    for key in ("srt_Retail_v0", "srt_Calculator_v0", "srt_GuessNumber_v0"):
+        assert record[f"{key}_success_rate"] == 1.0 and record[f"{key}_truncated"] == 0
+        assert record[f"{key}_mean_turns"] >= 2
     assert all(not isinstance(v, (dict, list)) for v in record.values())
+
+
+def test_demo_prints_the_last_transcript() -> None:
+    result = runner.invoke(app, ["demo", "--seed", "2"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "srt/Retail-v0: last episode (seed 2)" in result.output and "<tool_call>" in result.output
 
 
 def test_human_play_runs_typed_tool_calls_for_real() -> None:
