@@ -6,6 +6,7 @@ import dis
 import os
 import socket
 import stat
+import subprocess
 import time
 import types
 import uuid
@@ -18,12 +19,12 @@ from srt_agent.tool_parser import parse_tool_calls
 from srt_agent.tools.python import (
     MAX_CODE_CHARS,
     SandboxLimits,
-    _make_audit_hook,
     make_python_tool,
     python,
     run_python,
     sandbox_layers,
 )
+from srt_agent.tools.sandbox_child import make_audit_hook
 from srt_agent.toolset import ToolSet
 
 FAST = SandboxLimits(timeout_s=5, cpu_s=5)
@@ -72,6 +73,7 @@ def test_syntax_error_is_reported_without_sandbox_frames() -> None:
     assert "SyntaxError" in out and 'File "<code>", line 1' in out
     assert out.endswith("exit code: 1")
     assert "<sandbox>" not in out and "_child_main" not in out
+    assert "sandbox_child" not in out
 
 
 def test_traceback_shows_user_source_lines() -> None:
@@ -215,15 +217,20 @@ def test_name_resolution_is_blocked() -> None:
     assert "blocked by sandbox: network access (socket.getaddrinfo)" in out
 
 
+# A bounded fork bomb, so that a broken hook could not take the test machine down.
+FORK_BOMB = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os._exit(0)\nprint('hi')"
+
+
 @pytest.mark.parametrize(
     ("code", "event"),
     [
         ("import os\nos.system('echo hi')", "os.system"),
         ("import subprocess\nsubprocess.run(['echo', 'hi'])", "subprocess.Popen"),
         ("import os\nos.execv('/bin/echo', ['echo', 'hi'])", "os.exec"),
-        ("import os\nwhile True:\n    os.fork()", "os.fork"),
+        (FORK_BOMB, "os.fork"),
         ("import _posixsubprocess\n_posixsubprocess.fork_exec()", "_posixsubprocess.fork_exec"),
         ("import ctypes", "import"),
+        ("import os\nos.pidfd_open(1)", "os.pidfd_open"),
     ],
 )
 def test_process_and_native_escapes_are_blocked(code: str, event: str) -> None:
@@ -232,9 +239,32 @@ def test_process_and_native_escapes_are_blocked(code: str, event: str) -> None:
     assert "\nhi" not in out and not out.startswith("hi")
 
 
+def test_signalling_other_processes_is_blocked() -> None:
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        out = run(f"import os, signal\nos.kill({victim.pid}, signal.SIGKILL)")
+        assert "blocked by sandbox: signalling another process (os.kill)" in out
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_many_blocked_actions_neither_hang_nor_flood_the_output() -> None:
+    code = (
+        "for i in range(3000):\n"
+        "    try:\n        open(f'/etc/x{i}', 'w')\n    except PermissionError:\n        pass\n"
+        "print('done')"
+    )
+    res = run_python(code, FAST)
+    text = res.render(FAST.output_chars)
+    assert text.startswith("done") and res.killed is None and res.elapsed_s < 4
+    assert len(text.splitlines()) == 7 and text.endswith("more actions")
+
+
 def test_hook_uses_no_global_or_builtin_lookups() -> None:
     # User code can rebind module attributes and builtins; the hook must only use captured cells.
-    outer = _make_audit_hook.__code__
+    outer = make_audit_hook.__code__
     todo = [c for c in outer.co_consts if isinstance(c, types.CodeType)]
     assert len(todo) >= 5  # hook, block, resolve, inside, check_write, check_open
     while todo:
@@ -287,6 +317,37 @@ def test_process_limit_caps_threads() -> None:
         "for t in ts: t.start()"
     )
     assert "can't start new thread" in run(code, SandboxLimits(max_processes=8))
+
+
+def test_hook_and_rlimits_alone_still_contain_the_code(
+    monkeypatch: pytest.MonkeyPatch, listener: socket.socket, tmp_path: Path
+) -> None:
+    # What a machine without unshare/setpriv (or a non-root parent) gets.
+    import srt_agent.tools.sandbox_host as host
+
+    monkeypatch.setattr(host, "netns_prefix", lambda: None)
+    monkeypatch.setattr(host, "can_drop_privileges", lambda: False)
+    target = tmp_path / "escape.txt"
+    port = listener.getsockname()[1]
+    code = (
+        f"import os\nprint(os.getuid())\nopen('inside.txt', 'w').write('ok')\n"
+        f"try:\n    open({str(target)!r}, 'w')\nexcept PermissionError as e:\n    print('denied')\n"
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}))"
+    )
+    out = run(code)
+    assert out.splitlines()[:2] == [str(os.getuid()), "denied"]
+    assert "blocked by sandbox: network access" in out and not target.exists()
+    assert_no_connection(listener)
+    assert "MemoryError" in run("bytearray(2 * 1024**3)")
+
+
+def test_concurrent_runs_are_independent() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: run(f"import os\nprint({i}, os.getcwd())"), range(8)))
+    assert [r.split()[0] for r in results] == [str(i) for i in range(8)]
+    assert len({r.split()[1] for r in results}) == 8  # a scratch directory each
 
 
 def test_layers_report() -> None:
