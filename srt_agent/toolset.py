@@ -192,7 +192,7 @@ class ToolSet:
         except ToolArgumentsError as exc:
             return self._error(call.id, call.name, "invalid_arguments", str(exc), t0)
 
-    def _finish(self, call: ToolCall, t: Tool, value: Any, t0: float) -> ToolResult:
+    def _finish(self, call: ToolCall, value: Any, t0: float) -> ToolResult:
         return ToolResult(
             call_id=call.id,
             name=call.name,
@@ -222,7 +222,7 @@ class ToolSet:
             value = _run_in_daemon_thread(thunk, t.timeout)
         except Exception as exc:  # noqa: BLE001 - every tool failure becomes a message
             return self._failure(call, t, exc, t0)
-        return self._finish(call, t, value, t0)
+        return self._finish(call, value, t0)
 
     async def acall(self, call: ToolCall) -> ToolResult:
         """Execute one call without blocking the event loop (with its tool's timeout)."""
@@ -241,7 +241,7 @@ class ToolSet:
                 value = await _await_in_daemon_thread(lambda: t.fn(**kwargs), t.timeout)
         except Exception as exc:  # noqa: BLE001 - every tool failure becomes a message
             return self._failure(call, t, exc, t0)
-        return self._finish(call, t, value, t0)
+        return self._finish(call, value, t0)
 
     def _malformed(self, err: MalformedCall) -> ToolResult:
         return self._error(err.id, "invalid", "malformed_call", err.reason, time.perf_counter())

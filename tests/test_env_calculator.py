@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from srt_agent.env import EnvConfigError
+from srt_agent.env import EnvConfigError, oracle_policy
 from srt_agent.envs.calculator import CalculatorEnv, find_answer, parse_number
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
 from srt_agent.messages import Message, assistant, tool_result
@@ -15,10 +15,6 @@ from srt_agent.tool_parser import format_tool_call
 from srt_agent.tools.calculator import evaluate, format_number
 
 ENV_ID = "srt/Calculator-v0"
-
-
-def oracle(env: gym.Env) -> object:
-    return env.unwrapped.oracle()
 
 
 def base(env: gym.Env) -> CalculatorEnv:
@@ -36,7 +32,7 @@ def test_registered_and_passes_env_checks() -> None:
 def test_oracle_solves_50_seeds_with_one_call_per_turn() -> None:
     env = gym.make(ENV_ID)
     for seed in range(50):
-        result = run_episode(env, oracle, seed=seed)
+        result = run_episode(env, oracle_policy, seed=seed)
         steps = base(env).problem.steps
         assert result.total_reward == 1.0 and result.terminated and not result.truncated, result.task_id
         tools = [m for m in result.transcript if m.role == "tool"]
@@ -54,7 +50,7 @@ def test_oracle_solves_every_family_and_step_count() -> None:
         for steps in range(MIN_STEPS, MAX_STEPS + 1):
             for seed in range(3):
                 options = {"family": family, "steps": steps}
-                result = run_episode(env, oracle, seed=seed, options=options)
+                result = run_episode(env, oracle_policy, seed=seed, options=options)
                 assert result.total_reward == 1.0, (family, steps, seed)
                 assert result.task_id.startswith(f"calculator-{family}-{steps}-")
                 assert len(base(env).problem.steps) == steps

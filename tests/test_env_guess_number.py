@@ -3,17 +3,13 @@ import re
 import gymnasium as gym
 import pytest
 
-from srt_agent.env import EnvConfigError
+from srt_agent.env import EnvConfigError, oracle_policy
 from srt_agent.envs.guess_number import GuessNumberEnv, guess_reward, last_number, optimal_guesses
 from srt_agent.policy import run_episode
 from srt_agent.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.tool_parser import format_tool_call
 
 ENV_ID = "srt/GuessNumber-v0"
-
-
-def oracle(env: gym.Env) -> object:
-    return env.unwrapped.oracle()
 
 
 def base(env: gym.Env) -> GuessNumberEnv:
@@ -47,7 +43,7 @@ def test_binary_search_oracle_gets_full_reward_on_50_seeds() -> None:
     env = gym.make(ENV_ID)
     turns = set()
     for seed in range(50):
-        result = run_episode(env, oracle, seed=seed)
+        result = run_episode(env, oracle_policy, seed=seed)
         assert result.total_reward == 1.0 and result.terminated and not result.truncated
         assert result.turns <= optimal_guesses(1, 100) == 7
         assert result.final_info["guess"] == base(env).secret
@@ -59,7 +55,7 @@ def test_binary_search_oracle_gets_full_reward_on_50_seeds() -> None:
 def test_oracle_is_optimal_on_other_ranges(low: int, high: int) -> None:
     env = gym.make(ENV_ID, low=low, high=high)
     for seed in range(40):
-        result = run_episode(env, oracle, seed=seed)
+        result = run_episode(env, oracle_policy, seed=seed)
         assert result.total_reward == 1.0 and low <= base(env).secret <= high
 
 
