@@ -174,6 +174,10 @@ class GuessNumberEnv(MultiTurnEnv):
             reply = self._pick(HIGHER if value < self.secret else LOWER).format(g=value)
         return Transition(messages=[user(f"{reply} {self._turns_left()}")], info=info)
 
+    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
+        """Found the number at all (any positive reward); the reward itself grades how fast."""
+        return total_reward > 0
+
     def oracle(self) -> Policy:
         """Binary search over the range, narrowed by the feedback in the conversation."""
         return BinarySearchOracle(self.config.low, self.config.high)

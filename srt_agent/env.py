@@ -155,6 +155,18 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         """React to a turn with tool calls, after they ran. Default: return the results, reward 0."""
         return Transition(messages=[r.to_message() for r in results])
 
+    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
+        """Whether a finished episode counts as solved (for success rates and pass^k).
+
+        Default: the total reward reached 1 (the built-in envs' maximum). Envs with shaped rewards
+        override it.
+
+        Args:
+            total_reward: Sum of the episode's rewards.
+            info: The last step's info.
+        """
+        return total_reward >= 1.0 - 1e-9
+
     def oracle(self) -> Policy:
         """A scripted policy that solves the current task (built after ``reset``).
 

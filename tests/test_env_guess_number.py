@@ -176,3 +176,8 @@ def test_bad_options_name_the_valid_ones(options, message) -> None:
 def test_reset_takes_no_options() -> None:
     with pytest.raises(ValueError, match="takes no options"):
         gym.make(ENV_ID).reset(seed=0, options={"secret": 4})
+
+
+def test_success_means_found_at_any_speed() -> None:
+    env = base(gym.make(ENV_ID))
+    assert env.is_success(0.1, {}) and env.is_success(1.0, {}) and not env.is_success(0.0, {})
