@@ -16,6 +16,7 @@ from srt_agent import __version__
 from srt_agent.console import print_message
 from srt_agent.demo import OracleStats, run_oracle
 from srt_agent.env import EnvConfigError, MultiTurnEnv
+from srt_agent.paths import default_model_dir
 from srt_agent.play import play as play_episode
 from srt_agent.registration import UnknownEnvError, make, registered_envs
 
@@ -153,6 +154,128 @@ def demo_cmd(
     if not ok:
         err_console.print("[red]an oracle failed to solve every task[/red]")
         raise typer.Exit(1)
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts into one level (``{"a": {"b/c-d": 1}}`` -> ``{"a_b_c_d": 1}``) for --json."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}".replace("/", "_").replace("-", "_").replace(".", "_")
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}_"))
+        else:
+            out[name] = value
+    return out
+
+
+def build_record(report: Any) -> dict[str, Any]:
+    """The build report as one flat JSON object (see README, "--json keys")."""
+    from dataclasses import asdict
+
+    return flatten(asdict(report))
+
+
+def _report_error(exc: Exception) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(2)
+
+
+@app.command("build-model")
+def build_model_cmd(
+    out: Annotated[
+        Path | None, typer.Option(help="Output dir [default: $SRT_AGENT_MODEL or runs/embedded-model].")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(help="Seeds demos, weights and data order (same seed, same model).")
+    ] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a non-empty dir that holds no build.")
+    ] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the build figures as JSON here.")
+    ] = None,
+) -> None:
+    """Build the embedded model on CPU: tokenizer, small Llama, SFT on oracle demonstrations."""
+    from srt_agent.model.build import BuildDirError, build_model
+
+    target = out or default_model_dir()
+    try:
+        report = build_model(target, seed=seed, force=force)
+    except BuildDirError as exc:
+        raise _report_error(exc) from None
+    table = Table(title=f"Embedded model -> {target}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    record = build_record(report)
+    for key, value in record.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(table)
+    _write_json(json_path, record)
+
+
+@app.command("eval")
+def eval_cmd(
+    env: Annotated[str, typer.Option("--env", help="Registered env id, e.g. srt/Calculator-v0.")],
+    model: Annotated[Path | None, typer.Option(help="HF model dir [default: the embedded model].")] = None,
+    episodes: Annotated[
+        int, typer.Option(min=1, help="Tasks (env seeds first_seed, first_seed+1, ...).")
+    ] = 16,
+    k: Annotated[int, typer.Option(min=1, help="Trials per task (pass^k).")] = 1,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy).")] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Most tokens per assistant turn.")] = 512,
+    max_turns: Annotated[int | None, typer.Option(min=1, help="Cap on assistant turns per episode.")] = None,
+    seed: Annotated[int, typer.Option(help="Base sampling seed.")] = 0,
+    first_seed: Annotated[int, typer.Option(help="Env seed of the first task.")] = 0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the flat report as JSON here.")
+    ] = None,
+    trace: Annotated[Path | None, typer.Option(help="Write a JSONL trace of every turn here.")] = None,
+) -> None:
+    """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
+    from srt_agent.evaluation import eval_command
+
+    model_dir = model or default_model_dir()
+    if not model_dir.exists():
+        hint = "run `srt-agent build-model` first" if model is None else "check the path"
+        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed}
+    if max_turns is not None:
+        options["max_turns"] = max_turns
+    code = eval_command(
+        env,
+        model_dir,
+        episodes=episodes,
+        k=k,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        json_path=json_path,
+        trace_path=trace,
+        console=console,
+        **options,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+bench_app = typer.Typer(
+    help="Benchmarks (each prints a table and accepts --json PATH).", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("engine")
+def bench_engine_cmd(
+    model: Annotated[Path | None, typer.Option(help="HF model dir [default: the embedded model].")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
+) -> None:
+    """Decode tokens/s of TorchEngine vs HF generate() at batch 1 and 32, side by side."""
+    from srt_agent.engine.bench import bench_engine
+
+    model_dir = model or default_model_dir()
+    if not model_dir.exists():
+        hint = "run `srt-agent build-model` first" if model is None else "check the path"
+        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    bench_engine(model_dir, json_path)
 
 
 def main() -> None:

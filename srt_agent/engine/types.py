@@ -106,8 +106,9 @@ class GenerationOutput:
             from (after temperature, top-k and top-p); same length as ``token_ids``.
         finish_reason: See :data:`FinishReason`.
         stop: The stop token id or stop string that ended generation, if any.
-        forward_passes: Model forward passes that produced this request's tokens (prefill excluded);
-            ``len(token_ids) / forward_passes`` is the tokens-per-forward figure of speculation.
+        forward_passes: Model forward passes that produced this request's tokens (the prefill that
+            samples the first token included); ``len(token_ids) / forward_passes`` is the
+            tokens-per-forward figure of speculation (1.0 for plain decoding).
         error: For ``abort``: why.
     """
 

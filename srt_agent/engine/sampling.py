@@ -1,0 +1,127 @@
+"""Vectorised per-row sampling: temperature, top-k, top-p, then inverse-CDF draws.
+
+Every row of a batch has its own parameters, so one step processes the whole batch with tensor ops.
+Randomness never comes from a shared generator: each request owns a stream of uniforms (from its
+own ``torch.Generator``) and a token is drawn by inverse CDF of the processed distribution with the
+next uniform of that stream. The tokens a request gets therefore depend only on its own seed and
+logits, never on which other requests share the batch.
+
+Processing order follows transformers' logits warpers: temperature, then top-k, then top-p on the
+renormalised top-k distribution. Convention for ``temperature == 0`` (greedy): the token is the
+argmax of the raw logits, and its reported logprob is taken under the temperature-1 distribution
+after top-k/top-p (the distribution greedy decoding is the mode of). The distribution greedy
+actually samples from is a point mass; exact verification of drafts treats it as such (accept iff
+the drafted token is the argmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from srt_agent.engine.types import SamplingParams
+
+
+@dataclass
+class RowParams:
+    """Sampling parameters of the rows of a batch as tensors.
+
+    Attributes:
+        temperature: ``(B,)``; greedy rows hold 1.0 (see the module's convention).
+        top_k: ``(B,)`` int64; disabled rows hold the vocabulary size.
+        top_p: ``(B,)``.
+        greedy: ``(B,)`` bool.
+        any_filter: Some row uses top-k or top-p (else the sort is skipped).
+        all_greedy: Every row is greedy (else uniforms are needed).
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    greedy: torch.Tensor
+    any_filter: bool
+    all_greedy: bool
+
+    @classmethod
+    def build(cls, params: Sequence[SamplingParams], vocab_size: int, device: torch.device) -> RowParams:
+        """Stack per-request parameters into row tensors.
+
+        Args:
+            params: One entry per row.
+            vocab_size: ``V``.
+            device: Device of the logits.
+
+        Returns:
+            The row parameters.
+        """
+        temps = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+        ks = [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params]
+        return cls(
+            temperature=torch.tensor(temps, dtype=torch.float32, device=device),
+            top_k=torch.tensor(ks, dtype=torch.long, device=device),
+            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+            greedy=torch.tensor([p.temperature == 0 for p in params], dtype=torch.bool, device=device),
+            any_filter=any(k < vocab_size or p.top_p < 1.0 for k, p in zip(ks, params, strict=True)),
+            all_greedy=all(p.temperature == 0 for p in params),
+        )
+
+
+def processed_logprobs(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
+    """Log-probabilities of the sampling distribution of each row (after temperature, top-k, top-p).
+
+    Args:
+        logits: ``(B, V)`` or ``(B, T, V)`` raw logits (``T`` shares the row's parameters).
+        rows: Parameters of the ``B`` rows.
+
+    Returns:
+        Same shape as ``logits``, float32; filtered-out tokens are ``-inf``.
+    """
+    x = logits.float()
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    x = x / rows.temperature.view(shape)
+    if rows.any_filter:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        rank = torch.arange(x.shape[-1], device=x.device)
+        keep = rank < rows.top_k.view(shape)  # top-k: the k best ranks
+        sorted_x = sorted_x.masked_fill(~keep, float("-inf"))
+        probs = sorted_x.softmax(dim=-1)
+        # top-p on the renormalised top-k distribution: keep a token while the mass ranked above it
+        # is below top_p (so the best token is always kept).
+        mass_before = probs.cumsum(dim=-1) - probs
+        sorted_x = sorted_x.masked_fill(mass_before >= rows.top_p.view(shape), float("-inf"))
+        x = torch.empty_like(x).scatter_(-1, order, sorted_x)
+    return x.log_softmax(dim=-1)
+
+
+def sample(
+    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row.
+
+    Args:
+        logits: ``(B, V)`` raw logits.
+        rows: Parameters of the rows.
+        uniforms: ``(B,)`` uniforms in ``[0, 1)``, one per row (ignored for greedy rows; may be
+            ``None`` when every row is greedy).
+
+    Returns:
+        ``(tokens (B,) int64, token logprobs (B,) float32, logprobs (B, V))``.
+    """
+    logprobs = processed_logprobs(logits, rows)  # (B, V)
+    greedy_tokens = logits.argmax(dim=-1)
+    if rows.all_greedy or uniforms is None:
+        tokens = greedy_tokens
+    else:
+        cdf = logprobs.exp().cumsum(dim=-1)  # (B, V)
+        # Scale u by the total mass so rounding in the cumsum can never push u past the end; with
+        # `right=True` the first cdf entry strictly above u is a token of non-zero probability.
+        target = uniforms.to(cdf.dtype) * cdf[:, -1]
+        drawn = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
+        # If u * total rounds up to total, searchsorted runs off the end: fall back to the last
+        # token of non-zero probability (the first index where the cdf reaches its total).
+        drawn = torch.minimum(drawn, (cdf < cdf[:, -1:]).sum(dim=-1))
+        tokens = torch.where(rows.greedy, greedy_tokens, drawn)
+    token_logprobs = logprobs.gather(-1, tokens[:, None]).squeeze(1)
+    return tokens, token_logprobs, logprobs

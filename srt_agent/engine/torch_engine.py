@@ -1,0 +1,357 @@
+"""``TorchEngine``: in-process batched generation with a KV cache and continuous batching.
+
+One worker thread owns the model, the KV cache and the :class:`Scheduler`; callers hand it requests
+through a queue and wait on futures (``generate`` blocks on several, ``agenerate`` awaits one from
+any asyncio task). The worker blocks on the queue when it has nothing to do (no busy spin) and
+otherwise drains the queue between decode steps, so new requests join the running batch at the
+next step. Weight updates run on the worker too, between two steps, never inside a forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
+from srt_agent.engine.kv_cache import KVCache
+from srt_agent.engine.llama import CausalLM
+from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
+from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_STOP = object()  # queue sentinel: the worker exits
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Counters of a :class:`TorchEngine` since it started (a snapshot).
+
+    Attributes:
+        decode_steps: Batched decode forwards run.
+        prefill_forwards: Batched prefill forwards run.
+        peak_batch: Most sequences decoded together in one step.
+        joined_running: Sequences admitted while others were decoding (continuous batching).
+        running: Sequences holding a cache row now.
+        waiting: Sequences admitted to the worker but waiting for a row.
+        in_flight: Requests submitted and not yet answered.
+    """
+
+    decode_steps: int
+    prefill_forwards: int
+    peak_batch: int
+    joined_running: int
+    running: int
+    waiting: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A function to run on the worker between two steps, and where its result goes."""
+
+    fn: Callable[[], Any]
+    future: Future[Any]
+
+
+def load_tokenizer(model_dir: str | Path) -> Detokenizer | None:
+    """Load the HF tokenizer saved next to a checkpoint, if there is one.
+
+    Args:
+        model_dir: Checkpoint directory.
+
+    Returns:
+        The tokenizer, or ``None`` when the directory has no tokenizer files.
+    """
+    path = Path(model_dir)
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer: Detokenizer = AutoTokenizer.from_pretrained(str(path))
+    return tokenizer
+
+
+class TorchEngine:
+    """Generation engine over an HF-format Llama/Qwen2 checkpoint, running in this process.
+
+    Conventions: ``logprobs`` are under the processed distribution (temperature, then top-k, then
+    top-p); with ``temperature=0`` the token is the argmax and its logprob is taken under the
+    temperature-1 distribution after top-k/top-p (see :mod:`srt_agent.engine.sampling`). A
+    request's seed fixes its tokens whatever else shares the batch. ``forward_passes`` counts the
+    forwards that produced the request's tokens (the prefill, which yields the first token, and
+    each decode step), so plain decoding reports ``len(token_ids)``. Call :meth:`close` (or use the
+    engine as a context manager) to stop the worker thread.
+
+    Args:
+        model_dir: Directory written by ``save_pretrained`` (config.json + weights).
+        tokenizer: Tokenizer for stop strings; by default loaded from ``model_dir`` if present.
+        max_context: Longest prompt + generation; defaults to ``max_position_embeddings``.
+        max_batch_size: Most sequences decoding at once (more requests wait for a free row).
+        dtype: Weights, cache and compute dtype.
+        device: ``cpu`` or a CUDA device.
+        num_threads: If given, ``torch.set_num_threads`` (process-wide) for CPU kernels.
+        seed: Seeds the engine's generator, which draws seeds for requests that set none.
+        prefill_tokens: Padded-token budget of one batched prefill forward.
+
+    Raises:
+        CheckpointError: The directory is missing, not a supported causal LM, or inconsistent.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        tokenizer: Detokenizer | None = None,
+        max_context: int | None = None,
+        max_batch_size: int = 32,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        num_threads: int | None = None,
+        seed: int | None = None,
+        prefill_tokens: int = 4096,
+    ) -> None:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        self.config: ModelConfig = read_config(model_dir)
+        self._max_context = max_context or self.config.max_position_embeddings
+        if self._max_context < 2:
+            raise ValueError(f"max_context must be >= 2, got {self._max_context}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_dir)
+        self.model = CausalLM(
+            self.config,
+            read_state_dict(model_dir),
+            dtype=dtype,
+            device=device,
+            max_positions=self._max_context,
+        )
+        c = self.config
+        cache = KVCache(
+            c.num_layers,
+            c.num_kv_heads,
+            c.head_dim,
+            max_batch_size,
+            self._max_context,
+            dtype=dtype,
+            device=device,
+        )
+        self._scheduler = Scheduler(
+            self.model,
+            cache,
+            max_batch=max_batch_size,
+            tokenizer=self.tokenizer,
+            prefill_tokens=prefill_tokens,
+        )
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()  # guards _rng, _inflight, _closed, _thread
+        self._inflight: set[str] = set()
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (prompt + generation) the engine can hold."""
+        return self._max_context
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's counters (approximate while the worker is stepping)."""
+        sch = self._scheduler
+        with self._lock:
+            in_flight = len(self._inflight)
+        return EngineStats(
+            decode_steps=sch.decode_steps,
+            prefill_forwards=sch.prefill_forwards,
+            peak_batch=sch.peak_batch,
+            joined_running=sch.joined_running,
+            running=len(sch.rows),
+            waiting=len(sch.waiting),
+            in_flight=in_flight,
+        )
+
+    # --- public API -------------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationOutput]:
+        """Run requests to completion in the running batch and return outputs in request order.
+
+        Args:
+            requests: Requests with distinct ids.
+
+        Returns:
+            One output per request. A request that cannot run (token id out of range, stop strings
+            without a tokenizer) gets ``finish_reason="abort"`` with ``error``; the others complete.
+
+        Raises:
+            PromptTooLongError: A prompt leaves no room to generate (checked before any work).
+            ValueError: Duplicate request ids.
+            RuntimeError: The engine is closed.
+        """
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"request ids must be unique within a call, got duplicates in {ids}")
+        for request in requests:
+            self._check_length(request)
+        futures = [self._submit(r) for r in requests]
+        return [f.result() for f in futures]
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationOutput:
+        """Submit one request to the running batch (continuous batching) and await its output.
+
+        Cancelling the awaiting task aborts the request and frees its row at the next step.
+
+        Args:
+            request: The request.
+
+        Returns:
+            Its output (``abort`` with ``error`` if it could not run).
+
+        Raises:
+            PromptTooLongError: The prompt leaves no room to generate.
+            ValueError: A request with the same id is in flight.
+            RuntimeError: The engine is closed.
+        """
+        self._check_length(request)
+        return await asyncio.wrap_future(self._submit(request))
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Load new policy weights (HF names, any subset) between two decode steps.
+
+        Requests in flight continue with the new weights from the next step on (their cached keys
+        and values stay from the old ones); call it between rollout batches for on-policy data.
+
+        Args:
+            state_dict: HF parameter name to tensor (e.g. the learner's ``model.state_dict()``).
+
+        Raises:
+            CheckpointError: Unknown names or wrong shapes (nothing is changed then).
+            RuntimeError: The engine is closed.
+        """
+        accepted = check_state_dict(self.config, state_dict, complete=False)
+        self._call(lambda: self.model.load(accepted))
+
+    def close(self) -> None:
+        """Stop the worker; requests still running or waiting finish with ``abort``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._inbox.put(_STOP)
+            thread.join()
+        self._scheduler.abort_all("engine closed")
+        self._scheduler.cache.data = torch.empty(0)
+
+    def __enter__(self) -> TorchEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- submission -------------------------------------------------------------------------------
+
+    def _check_length(self, request: GenerationRequest) -> None:
+        if len(request.prompt_ids) >= self._max_context:
+            raise PromptTooLongError(
+                f"request {request.request_id!r}: prompt of {len(request.prompt_ids)} tokens leaves no room "
+                f"to generate within max_context={self._max_context}; shorten the prompt (or end the "
+                "episode as truncated)"
+            )
+
+    def _invalid(self, request: GenerationRequest) -> str | None:
+        vocab = self.config.vocab_size
+        bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
+        if bad:
+            return f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})"
+        if request.params.stop_strings and self.tokenizer is None:
+            return "stop_strings need a tokenizer: pass tokenizer= to TorchEngine or save one with the model"
+        return None
+
+    def _submit(self, request: GenerationRequest) -> Future[GenerationOutput]:
+        future: Future[GenerationOutput] = Future()
+        error = self._invalid(request)
+        if error is not None:
+            message = f"request {request.request_id!r}: {error}"
+            future.set_result(GenerationOutput(request.request_id, (), (), "abort", error=message))
+            return future
+
+        def deliver(output: GenerationOutput) -> None:
+            with self._lock:
+                self._inflight.discard(output.request_id)
+            with contextlib.suppress(InvalidStateError):  # the caller cancelled meanwhile
+                future.set_result(output)
+
+        with self._lock:
+            # Enqueue under the lock: every accepted item precedes close()'s stop sentinel.
+            if self._closed:
+                raise RuntimeError("TorchEngine is closed")
+            if request.request_id in self._inflight:
+                raise ValueError(f"request id {request.request_id!r} is already in flight; use unique ids")
+            self._inflight.add(request.request_id)
+            seed = request.params.seed if request.params.seed is not None else self._rng.randrange(2**63)
+            self._ensure_worker()
+            self._inbox.put(SequenceState(request, deliver, future.cancelled, seed, self._max_context))
+        return future
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the worker between two steps and return its result."""
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("TorchEngine is closed")
+            self._ensure_worker()
+            self._inbox.put(_Call(fn, future))
+        return future.result()
+
+    def _ensure_worker(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="TorchEngine-worker", daemon=True)
+            self._thread.start()
+
+    # --- worker -----------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        scheduler = self._scheduler
+        while True:
+            # Block while idle (no busy spin); otherwise only drain what has arrived.
+            items: list[object] = [self._inbox.get()] if not scheduler.has_work() else []
+            while True:
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for item in items:
+                if item is _STOP:
+                    return
+                self._handle(item)
+            if scheduler.has_work():
+                try:
+                    scheduler.step()
+                except Exception as exc:  # keep serving later requests whatever happened
+                    log.exception("engine step failed")
+                    scheduler.abort_all(f"engine step failed: {type(exc).__name__}: {exc}")
+
+    def _handle(self, item: object) -> None:
+        if isinstance(item, SequenceState):
+            self._scheduler.add(item)
+            return
+        assert isinstance(item, _Call)
+        try:
+            item.future.set_result(item.fn())
+        except Exception as exc:  # handed to the caller of _call, which re-raises it
+            log.exception("engine call failed")
+            item.future.set_exception(exc)

@@ -1,0 +1,244 @@
+"""Evaluation figures from trajectories: success rate, τ-bench pass^k, tool use, throughput.
+
+pass^k (τ-bench): the chance that *all* k independent trials of a task succeed, averaged over
+tasks. With n >= k trials of a task of which c succeeded, the unbiased estimate is
+C(c, k) / C(n, k) (sampling k of the n trials without replacement); with n = k it is 1 when every
+trial succeeded and 0 otherwise. pass^1 is the plain success rate. Failed episodes (env, template
+or engine errors) count as unsuccessful trials: an evaluation must not look better because
+episodes crashed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import comb
+
+from rich.table import Table
+
+from srt_agent.rollout.trajectory import Trajectory
+
+EVAL_SCHEMA = "srt-eval/1"
+
+
+def pass_hat_k(trials: Iterable[Sequence[bool]], k: int) -> float:
+    """τ-bench pass^k over tasks, with the unbiased estimator for n >= k trials per task.
+
+    Args:
+        trials: Per task, the success of each of its n trials.
+        k: Trials that must all succeed.
+
+    Returns:
+        The mean over tasks of C(c, k) / C(n, k), where c = successes among the n trials.
+
+    Raises:
+        ValueError: ``k < 1``, no tasks, or a task with fewer than ``k`` trials.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    scores = []
+    for i, task in enumerate(trials):
+        n, c = len(task), sum(bool(s) for s in task)
+        if n < k:
+            raise ValueError(f"task {i} has {n} trials; pass^{k} needs at least {k}")
+        scores.append(comb(c, k) / comb(n, k))
+    if not scores:
+        raise ValueError("pass^k needs at least one task")
+    return sum(scores) / len(scores)
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Figures of one evaluation run (see :meth:`flat` for the JSON form).
+
+    Attributes:
+        env_id: The env.
+        model: The model directory, or the engine's class name.
+        tasks: Distinct tasks (env seeds) evaluated.
+        k: Trials per task.
+        temperature: Sampling temperature.
+        seed: Base sampling seed.
+        first_env_seed: Env seed of the first task (tasks use consecutive seeds).
+        episodes: Episodes played (``tasks * k``).
+        success_rate: Solved episodes / episodes.
+        pass_hat: pass^j for j = 1..k (index j-1).
+        mean_reward: Mean total reward per episode.
+        mean_turns: Mean generated turns per episode.
+        tokens_generated: Tokens sampled over all episodes.
+        forward_passes: Engine forward passes over all episodes (0 if the engine reports none).
+        tool_calls: Tool calls over all episodes.
+        tool_errors: Failed tool calls over all episodes.
+        ok: Episodes the env terminated.
+        truncated: Episodes cut off (env turn limit, rollout cap, context limit).
+        failed: Episodes that failed (env, chat template or engine error).
+        wall_s: Wall seconds of the whole run.
+        generation_s: Sum over episodes of seconds spent awaiting the engine.
+        env_s: Sum over episodes of seconds spent in the env (tools included).
+        reasons: Non-ok episodes per reason category (``"context limit"``, ``"env raised ValueError"``).
+        trajectories: The episodes themselves (not part of :meth:`flat`).
+    """
+
+    env_id: str
+    model: str
+    tasks: int
+    k: int
+    temperature: float
+    seed: int | None
+    first_env_seed: int
+    episodes: int
+    success_rate: float
+    pass_hat: tuple[float, ...]
+    mean_reward: float
+    mean_turns: float
+    tokens_generated: int
+    forward_passes: int
+    tool_calls: int
+    tool_errors: int
+    ok: int
+    truncated: int
+    failed: int
+    wall_s: float
+    generation_s: float
+    env_s: float
+    reasons: Mapping[str, int] = field(default_factory=dict, hash=False)
+    trajectories: tuple[Trajectory, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per wall-clock second of the whole run."""
+        return self.tokens_generated / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Generated tokens per engine forward pass (above 1 when speculation accepts drafts)."""
+        return self.tokens_generated / self.forward_passes if self.forward_passes else 0.0
+
+    def flat(self) -> dict[str, str | int | float | None]:
+        """The report as one flat JSON object (every value a string, number or null).
+
+        Keys: ``schema`` (``"srt-eval/1"``), ``env_id``, ``model``, ``tasks``, ``k``, ``episodes``,
+        ``temperature``, ``seed``, ``first_env_seed``, ``success_rate``, ``pass_hat_k`` (pass^k at
+        the run's k, a fixed key to compare runs), ``pass_hat_1`` .. ``pass_hat_<k>``,
+        ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
+        ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
+        ``mean_tool_calls``, ``ok``, ``truncated``, ``failed``, ``wall_s``, ``generation_s``,
+        ``env_s``, ``tokens_per_s``; the attributes above say what each means.
+        """
+        out: dict[str, str | int | float | None] = {
+            "schema": EVAL_SCHEMA,
+            "env_id": self.env_id,
+            "model": self.model,
+            "tasks": self.tasks,
+            "k": self.k,
+            "episodes": self.episodes,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "first_env_seed": self.first_env_seed,
+            "success_rate": self.success_rate,
+            "pass_hat_k": self.pass_hat[-1],
+        }
+        out.update({f"pass_hat_{j}": p for j, p in enumerate(self.pass_hat, 1)})
+        out.update(
+            mean_reward=self.mean_reward,
+            mean_turns=self.mean_turns,
+            tokens_generated=self.tokens_generated,
+            mean_tokens_per_episode=self.tokens_generated / self.episodes,
+            forward_passes=self.forward_passes,
+            tokens_per_forward=round(self.tokens_per_forward, 4),
+            tool_calls=self.tool_calls,
+            tool_errors=self.tool_errors,
+            mean_tool_calls=self.tool_calls / self.episodes,
+            ok=self.ok,
+            truncated=self.truncated,
+            failed=self.failed,
+            wall_s=round(self.wall_s, 4),
+            generation_s=round(self.generation_s, 4),
+            env_s=round(self.env_s, 4),
+            tokens_per_s=round(self.tokens_per_s, 2),
+        )
+        return out
+
+    def table(self) -> Table:
+        """A two-column rich table of the figures, for terminals."""
+        t = Table(title=f"Evaluation of {self.model} on {self.env_id}", show_header=False)
+        t.add_column("metric", no_wrap=True)
+        t.add_column("value", justify="right")
+        rows = [
+            ("tasks x trials", f"{self.tasks} x {self.k} = {self.episodes} episodes"),
+            ("success rate", f"{self.success_rate:.1%}"),
+            *((f"pass^{j}", f"{p:.1%}") for j, p in enumerate(self.pass_hat, 1)),
+            ("mean reward", f"{self.mean_reward:.3f}"),
+            ("mean turns", f"{self.mean_turns:.2f}"),
+            ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
+            ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
+            *((f"  {reason}", str(n)) for reason, n in sorted(self.reasons.items())),
+            ("tokens generated", str(self.tokens_generated)),
+            ("tokens per forward", f"{self.tokens_per_forward:.2f}" if self.forward_passes else "-"),
+            ("wall time", f"{self.wall_s:.2f} s"),
+            ("tokens / s", f"{self.tokens_per_s:.1f}"),
+        ]
+        for name, value in rows:
+            t.add_row(name, value)
+        return t
+
+
+def reason_category(reason: str) -> str:
+    """The category of a trajectory's ``reason`` (the text before the first colon)."""
+    return reason.split(":", 1)[0].strip()
+
+
+def summarize(
+    trajectories: Sequence[Trajectory],
+    *,
+    k: int,
+    model: str,
+    temperature: float,
+    seed: int | None,
+    wall_s: float,
+) -> EvalReport:
+    """Build the report of one run: ``k`` trials for each task, a task being one env seed.
+
+    Tasks are grouped by env seed rather than task id: two seeds can draw the same task (a small
+    task space), and each seed is still its own sample of the task distribution.
+
+    Raises:
+        ValueError: No trajectories, several envs, or a task without ``k`` trials.
+    """
+    if not trajectories:
+        raise ValueError("summarize needs at least one trajectory")
+    envs = sorted({t.env_id for t in trajectories})
+    if len(envs) != 1:
+        raise ValueError(f"one report covers one env, got {envs}")
+    by_task: dict[int | None, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        by_task[t.seed].append(t.success)
+    n = len(trajectories)
+    status = Counter(t.status for t in trajectories)
+    seeds = [s for s in by_task if s is not None]
+    return EvalReport(
+        env_id=envs[0],
+        model=model,
+        tasks=len(by_task),
+        k=k,
+        temperature=temperature,
+        seed=seed,
+        first_env_seed=min(seeds) if seeds else 0,
+        episodes=n,
+        success_rate=sum(t.success for t in trajectories) / n,
+        pass_hat=tuple(pass_hat_k(by_task.values(), j) for j in range(1, k + 1)),
+        mean_reward=sum(t.total_reward for t in trajectories) / n,
+        mean_turns=sum(t.num_turns for t in trajectories) / n,
+        tokens_generated=sum(t.generated_tokens for t in trajectories),
+        forward_passes=sum(t.forward_passes for t in trajectories),
+        tool_calls=sum(t.tool_calls for t in trajectories),
+        tool_errors=sum(t.tool_errors for t in trajectories),
+        ok=status["ok"],
+        truncated=status["truncated"],
+        failed=status["failed"],
+        wall_s=wall_s,
+        generation_s=sum(t.generation_s for t in trajectories),
+        env_s=sum(t.env_s for t in trajectories),
+        reasons=dict(Counter(reason_category(t.reason) for t in trajectories if t.reason)),
+        trajectories=tuple(trajectories),
+    )

@@ -1,0 +1,214 @@
+"""Benchmark runs: N tasks of an env, k sampled trials each, through the rollout scheduler.
+
+Evaluation env seeds are ``first_seed, first_seed + 1, ...`` inside ``[0, EVAL_SEED_END)``; the
+model builder's demonstrations use seeds from ``EVAL_SEED_END`` (10,000,000) up, so a model is
+never evaluated on a task it was warm-started on. The k trials of a task share its env seed and
+differ only in their sampling seeds (derived from ``seed``, the episode id and the turn), so a run
+is reproducible with an engine that honours per-request seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from srt_agent.chat_format import ChatFormat
+from srt_agent.engine.types import Engine
+from srt_agent.env import EnvConfigError
+from srt_agent.evaluation.report import EvalReport, summarize
+from srt_agent.registration import UnknownEnvError, make
+from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.progress import RolloutProgress
+from srt_agent.rollout.scheduler import ProgressCallback, run_rollouts
+from srt_agent.rollout.trace import write_trace
+
+EVAL_SEED_END = 10_000_000
+"""Evaluation seeds stay below this; it equals ``srt_agent.model.demos.DEMO_SEED_BASE``, where the
+model builder's demonstration seeds start."""
+
+
+class ModelLoadError(RuntimeError):
+    """The model directory could not be loaded into an engine and chat format."""
+
+
+def eval_episodes(
+    env_id: str, tasks: int, k: int, *, first_seed: int = 0, env_options: dict[str, Any] | None = None
+) -> list[EpisodeSpec]:
+    """The episodes of an evaluation: ``k`` trials of each of ``tasks`` consecutive env seeds.
+
+    Raises:
+        ValueError: ``tasks`` or ``k`` below 1, or seeds outside ``[0, EVAL_SEED_END)``.
+    """
+    if tasks < 1 or k < 1:
+        raise ValueError(f"need tasks >= 1 and k >= 1, got tasks={tasks}, k={k}")
+    if first_seed < 0 or first_seed + tasks > EVAL_SEED_END:
+        raise ValueError(
+            f"eval seeds {first_seed}..{first_seed + tasks - 1} leave [0, {EVAL_SEED_END}); "
+            "seeds from 10,000,000 up are the model builder's training demonstrations"
+        )
+    return [
+        EpisodeSpec(env_id, seed=s, trial=j, env_options=dict(env_options or {}))
+        for s in range(first_seed, first_seed + tasks)
+        for j in range(k)
+    ]
+
+
+def load_model(model_dir: str | Path, *, max_batch_size: int = 32) -> tuple[Engine, ChatFormat]:
+    """A :class:`~srt_agent.engine.torch_engine.TorchEngine` and the chat format of a model directory.
+
+    Raises:
+        ModelLoadError: The directory is missing or not a loadable checkpoint with a chat template.
+    """
+    from srt_agent.engine.torch_engine import TorchEngine  # imports torch: only when a model is loaded
+
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory {str(path)!r} does not exist")
+    try:
+        fmt = ChatFormat.from_pretrained(path)
+        engine = TorchEngine(path, max_batch_size=max_batch_size)
+    except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
+        raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    return engine, fmt
+
+
+def run_eval(
+    env_id: str,
+    model: str | Path | Engine,
+    *,
+    fmt: ChatFormat | None = None,
+    episodes: int = 16,
+    k: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 512,
+    max_turns: int | None = None,
+    max_concurrent: int = 32,
+    seed: int = 0,
+    first_seed: int = 0,
+    env_options: dict[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    trace_path: str | Path | None = None,
+) -> EvalReport:
+    """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
+
+    Args:
+        env_id: Any registered env id (built-in or custom).
+        model: A model directory (loaded with :func:`load_model` and closed afterwards) or an
+            engine instance (left open; pass ``fmt`` with it).
+        fmt: The chat format of an engine instance's model.
+        episodes: Tasks to evaluate (env seeds ``first_seed ..``).
+        k: Trials per task (for pass^k); ``episodes * k`` episodes are played.
+        temperature: Sampling temperature.
+        max_new_tokens: Most tokens per assistant turn.
+        max_turns: Rollout-level turn cap on top of the env's own.
+        max_concurrent: Episodes in flight at once.
+        seed: Base of the per-request sampling seeds.
+        first_seed: Env seed of the first task.
+        env_options: Options for ``make`` (e.g. ``{"max_turns": 8}``).
+        progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
+        trace_path: Also write the per-turn JSONL trace (``srt-trace/1``) here.
+
+    Returns:
+        The report; ``report.trajectories`` holds the episodes.
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered.
+        EnvConfigError: Bad ``env_options``.
+        ModelLoadError: ``model`` is a directory that cannot be loaded.
+        ValueError: Bad counts or seeds, or an engine without ``fmt``.
+    """
+    specs = eval_episodes(env_id, episodes, k, first_seed=first_seed, env_options=env_options)
+    make(env_id, **(env_options or {})).close()  # fail fast on a bad id or options, before loading
+    config = RolloutConfig(
+        max_concurrent=max_concurrent,
+        max_turns=max_turns,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+    )
+    if isinstance(model, str | Path):
+        engine, fmt = load_model(model, max_batch_size=max_concurrent)
+        name, owned = str(model), True
+    elif fmt is None:
+        raise ValueError("run_eval with an engine instance needs fmt=ChatFormat(...) for its tokenizer")
+    else:
+        engine, name, owned = model, type(model).__name__, False
+    try:
+        t0 = time.perf_counter()
+        trajectories = run_rollouts(engine, fmt, specs, config, progress=progress)
+        wall_s = time.perf_counter() - t0
+    finally:
+        if owned:
+            engine.close()
+    if trace_path is not None:
+        write_trace(trace_path, trajectories)
+    return summarize(trajectories, k=k, model=name, temperature=temperature, seed=seed, wall_s=wall_s)
+
+
+def eval_command(
+    env_id: str,
+    model: str | Path | Engine,
+    *,
+    episodes: int = 16,
+    k: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 512,
+    json_path: str | Path | None = None,
+    trace_path: str | Path | None = None,
+    console: Console | None = None,
+    **options: Any,
+) -> int:
+    """What ``srt-agent eval`` runs: evaluate with a progress bar, print the table, write files.
+
+    Args:
+        env_id: Registered env id.
+        model: Model directory (or an engine instance, with ``fmt=`` in ``options``).
+        episodes: Tasks to evaluate.
+        k: Trials per task.
+        temperature: Sampling temperature.
+        max_new_tokens: Most tokens per turn.
+        json_path: Write :meth:`EvalReport.flat` here (sorted keys, indented).
+        trace_path: Write the JSONL trace here.
+        console: Where to print (default: stdout).
+        **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
+            ``max_concurrent``, ``env_options``, ``fmt``).
+
+    Returns:
+        The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),
+        2 bad arguments (unknown env, bad options, unloadable model, bad counts).
+    """
+    out = console or Console()
+    try:
+        with RolloutProgress(episodes * k, description=env_id, console=out) as bar:
+            report = run_eval(
+                env_id,
+                model,
+                episodes=episodes,
+                k=k,
+                temperature=temperature,
+                max_new_tokens=max_new_tokens,
+                progress=bar,
+                trace_path=trace_path,
+                **options,
+            )
+    except (UnknownEnvError, EnvConfigError, ModelLoadError, ValueError) as exc:
+        # Text, not markup: messages quote user input that may contain "[...]".
+        out.print(Text.assemble(("error: ", "red"), str(exc)))
+        return 2
+    out.print(report.table())
+    if trace_path is not None:
+        out.print(f"[dim]wrote {trace_path}[/dim]")
+    if json_path is not None:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report.flat(), indent=2, sort_keys=True) + "\n")
+        out.print(f"[dim]wrote {path}[/dim]")
+    if report.failed:
+        out.print(f"[red]{report.failed} episode(s) failed[/red]; see the log for the errors")
+        return 1
+    return 0

@@ -1,0 +1,316 @@
+"""Build the embedded default model: tokenizer, oracle demonstrations, a small Llama, SFT, save.
+
+No pretrained model can be downloaded, so the project makes its own starting policy: a few-million
+parameter ``LlamaForCausalLM`` warm-started by supervised learning on the built-in envs' oracle
+demonstrations, on CPU in a few minutes. It is saved as an ordinary Hugging Face directory
+(``config.json``, ``model.safetensors``, tokenizer files with the chat template), so every later
+stage loads it through the same code path as a real checkpoint, plus ``srt_build.json`` with the
+build's figures. The build is deterministic given its seed.
+
+The default settings are tuned to leave a *competent but imperfect* policy (room for RL) that still
+samples varied phrasings at temperature 1: see :data:`DEFAULT_DEMOS` and :class:`BuildConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+from rich.console import Console
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import srt_agent
+from srt_agent.chat_format import ChatFormat
+from srt_agent.model.demos import Demo, collect_demos, demo_texts, to_transcript
+from srt_agent.model.sft import Example, SFTConfig, train
+from srt_agent.model.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
+
+BUILD_FILE = "srt_build.json"
+"""Metadata file written last: its presence marks a complete build."""
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", BUILD_FILE)
+
+DEFAULT_DEMOS: tuple[tuple[str, int], ...] = (
+    ("srt/Calculator-v0", 1600),  # the RL quickstart env: most of the data
+    ("srt/GuessNumber-v0", 300),
+    ("srt/Retail-v0", 150),  # long episodes (~1.6k tokens): a little goes a long way in compute
+)
+"""Oracle episodes per env for the default build."""
+
+
+class BuildDirError(FileExistsError):
+    """The output directory holds something other than a previous model build."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What to build. The defaults are the embedded model; tests shrink them.
+
+    Attributes:
+        demos: ``(env_id, episodes)`` pairs of oracle demonstrations.
+        vocab_size: BPE vocabulary size (the four tag tokens come on top).
+        hidden_size: Model width.
+        num_layers: Transformer blocks.
+        num_heads: Attention heads (no grouped-query attention at this size).
+        intermediate_size: MLP width (~2.7x hidden, the Llama ratio).
+        context: ``max_position_embeddings``; the longest Retail demos take ~2.1k tokens, and RL
+            rollouts may run longer than the oracle's.
+        sft: Optimisation settings (its ``seed`` is replaced by the build seed).
+        threads: Torch CPU threads during the build; results are identical run to run for a
+            given seed and thread count (a different count changes float summation order).
+    """
+
+    demos: tuple[tuple[str, int], ...] = DEFAULT_DEMOS
+    vocab_size: int = 2048
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 688
+    context: int = 4096
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """The figures of one build (also saved as ``srt_build.json``).
+
+    Attributes:
+        out_dir: Where the model was saved.
+        seed: The build seed.
+        params: Parameter count (tied embeddings counted once).
+        vocab_size: Tokenizer size, added tokens included.
+        context: Maximum sequence length of the model.
+        demos: Demonstrations used per env.
+        seq_len: Per env, ``{"mean": .., "max": ..}`` tokens of its demo sequences.
+        steps: Optimizer steps.
+        tokens_trained: Real (non-padding) tokens processed by SFT.
+        loss_tokens: Of those, tokens with loss (assistant tokens).
+        final_loss: Mean SFT loss over the last 10% of steps.
+        seconds: Wall-clock time of the whole build.
+        versions: Library versions used.
+    """
+
+    out_dir: str
+    seed: int
+    params: int
+    vocab_size: int
+    context: int
+    demos: dict[str, int]
+    seq_len: dict[str, dict[str, float]]
+    steps: int
+    tokens_trained: int
+    loss_tokens: int
+    final_loss: float
+    seconds: float
+    versions: dict[str, str]
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a complete build of this module (all files, metadata written last)."""
+    p = Path(path)
+    return all((p / f).is_file() for f in MODEL_FILES)
+
+
+def _check_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BuildDirError(f"{out} exists and is not a directory; choose another --out")
+    if not out.exists() or force or not any(out.iterdir()) or (out / BUILD_FILE).is_file():
+        return
+    raise BuildDirError(
+        f"{out} is not empty and holds no previous model build ({BUILD_FILE} missing); "
+        "pass --force (force=True) to write the model into it anyway, or choose another --out"
+    )
+
+
+@contextmanager
+def _reproducible(seed: int, threads: int) -> Iterator[None]:
+    """Seed torch and numpy and pin the thread count (restored afterwards).
+
+    CPU kernels give identical results run to run at a fixed thread count, so
+    ``torch.use_deterministic_algorithms`` is not switched on: it costs ~15% of the training time
+    and changes nothing here (the tests check that two builds with one seed have equal weights).
+    """
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.context,
+        tie_word_embeddings=True,  # the embedding is a large share of so small a model
+        bos_token_id=None,  # ChatML needs no BOS: every sequence starts with <|im_start|>
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+
+
+def _seq_stats(examples: dict[str, list[Example]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for env_id, exs in examples.items():
+        lens = [len(e.token_ids) for e in exs]
+        out[env_id] = {"mean": round(statistics.mean(lens), 1), "max": float(max(lens))} if lens else {}
+    return out
+
+
+def build_model(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    config: BuildConfig | None = None,
+    force: bool = False,
+    show_progress: bool = True,
+) -> BuildReport:
+    """Build the default model into ``out_dir`` (see the module docstring).
+
+    Args:
+        out_dir: Output directory; created if missing. A previous build there is replaced.
+        seed: Seeds everything: demonstration tasks, initial weights, data order.
+        config: What to build; :class:`BuildConfig` defaults give the embedded model.
+        force: Write into a non-empty directory that holds no previous build.
+        show_progress: Print progress (stages and a training bar with the loss).
+
+    Returns:
+        The build's figures, also saved as ``out_dir/srt_build.json``.
+
+    Raises:
+        BuildDirError: ``out_dir`` is not empty and holds no previous build, and ``force`` is off.
+        ValueError: A demo sequence does not fit the model's context.
+    """
+    cfg = config or BuildConfig()
+    out = Path(out_dir)
+    _check_out_dir(out, force)
+    console = Console(quiet=not show_progress)
+    t0 = time.perf_counter()
+    with _reproducible(seed, cfg.threads):
+        demos: dict[str, list[Demo]] = {}
+        with console.status("collecting oracle demonstrations"):
+            for env_id, count in cfg.demos:
+                demos[env_id] = collect_demos(env_id, count, build_seed=seed)
+        console.print("demos: " + ", ".join(f"{e} {len(d)}" for e, d in demos.items()))
+        all_demos = [d for ds in demos.values() for d in ds]
+        with console.status("training the tokenizer"):
+            tok = train_tokenizer(demo_texts(all_demos), vocab_size=cfg.vocab_size, context=cfg.context)
+        fmt = ChatFormat(tok)
+        examples: dict[str, list[Example]] = {}
+        with console.status("tokenizing demonstrations"):
+            for env_id, ds in demos.items():
+                trs = (to_transcript(fmt, d) for d in ds)
+                examples[env_id] = [Example(tr.token_ids, tr.loss_mask) for tr in trs]
+        train_set = [e for exs in examples.values() for e in exs]
+        longest = max(len(e.token_ids) for e in train_set)
+        if longest > cfg.context:
+            raise ValueError(f"a demo has {longest} tokens, more than context={cfg.context}; raise context")
+        pad_id, eos_id = _token_id(tok, PAD_TOKEN), _token_id(tok, IM_END)
+        model = LlamaForCausalLM(_model_config(cfg, len(tok), pad_id, eos_id))
+        params = sum(p.numel() for p in model.parameters())
+        console.print(f"model: {params / 1e6:.2f}M parameters, vocab {len(tok)}, {len(train_set)} sequences")
+        sft_cfg = SFTConfig(
+            **{**asdict(cfg.sft), "seed": seed, "batch_tokens": max(cfg.sft.batch_tokens, longest)}
+        )
+        stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
+    # `generate` then stops at the end of a turn and pads with <|endoftext|> without being told.
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = pad_id
+    report = BuildReport(
+        out_dir=str(out),
+        seed=seed,
+        params=params,
+        vocab_size=len(tok),
+        context=cfg.context,
+        demos={e: len(d) for e, d in demos.items()},
+        seq_len=_seq_stats(examples),
+        steps=stats.steps,
+        tokens_trained=stats.tokens,
+        loss_tokens=stats.loss_tokens,
+        final_loss=round(stats.final_loss, 4),
+        seconds=0.0,
+        versions=_versions(),
+    )
+    _save(out, model, tok, report, t0)
+    report = _read_report(out)
+    console.print(f"saved {out} in {report.seconds:.0f}s (final loss {report.final_loss:.3f})")
+    return report
+
+
+def _token_id(tok: PreTrainedTokenizerFast, token: str) -> int:
+    found = tok.convert_tokens_to_ids(token)
+    if not isinstance(found, int):
+        raise TypeError(f"token {token!r} maps to {found!r}, not one id")
+    return found
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "srt_agent": srt_agent.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _save(
+    out: Path, model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, report: BuildReport, t0: float
+) -> None:
+    # The metadata file goes last and is removed first: a crash midway leaves no "complete" build.
+    (out / BUILD_FILE).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    # The chat template goes inside tokenizer_config.json (not transformers 5's chat_template.jinja)
+    # and the class is named PreTrainedTokenizerFast, so transformers 4.x and servers load it too.
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    tok.save_pretrained(out, save_jinja_files=False)
+    tok_cfg_path = out / "tokenizer_config.json"
+    tok_cfg = json.loads(tok_cfg_path.read_text()) | {"tokenizer_class": "PreTrainedTokenizerFast"}
+    tok_cfg_path.write_text(json.dumps(tok_cfg, indent=2, sort_keys=True) + "\n")
+    record = asdict(report) | {"seconds": round(time.perf_counter() - t0, 2)}
+    tmp = out / (BUILD_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    shutil.move(tmp, out / BUILD_FILE)
+
+
+def _read_report(out: Path) -> BuildReport:
+    return BuildReport(**json.loads((out / BUILD_FILE).read_text()))
+
+
+def ensure_model(out_dir: str | Path, *, seed: int = 0, show_progress: bool = True) -> Path:
+    """Build the default model into ``out_dir`` unless a complete build is already there.
+
+    Args:
+        out_dir: Model directory.
+        seed: Build seed, used only when building.
+        show_progress: Print progress while building.
+
+    Returns:
+        ``out_dir`` as a path, holding a loadable model.
+
+    Raises:
+        BuildDirError: ``out_dir`` is not empty and holds no build (never overwritten here).
+    """
+    out = Path(out_dir)
+    if not is_model_dir(out):
+        build_model(out, seed=seed, show_progress=show_progress)
+    return out

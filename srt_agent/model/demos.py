@@ -1,0 +1,153 @@
+"""Oracle demonstrations of the built-in envs, as chat conversations and as training token sequences.
+
+Seed scheme (so training never sees an evaluation task): demonstrations for a build with seed ``s``
+reset their envs with seeds ``DEMO_SEED_BASE + s * SEEDS_PER_BUILD + i``, i.e. from 10,000,000 up;
+every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval`` and
+:func:`srt_agent.model.evaluate.quick_eval` use small seeds, 0, 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.env import MultiTurnEnv, oracle_policy
+from srt_agent.messages import Message
+from srt_agent.model.tokenizer import render_chat
+from srt_agent.policy import run_episode
+from srt_agent.registration import make
+
+DEMO_SEED_BASE = 10_000_000
+"""Smallest env seed used for demonstrations; smaller seeds are reserved for evaluation."""
+SEEDS_PER_BUILD = 1_000_000
+"""Demonstration seeds available to one build seed (``count`` must stay below this)."""
+
+
+@dataclass(frozen=True)
+class DemoTurn:
+    """One assistant turn of a demonstration and what the env answered.
+
+    Attributes:
+        action: The oracle's text.
+        observation: The env's new messages after it (empty after the last turn, whose answer
+            would only cost tokens without training anything).
+    """
+
+    action: str
+    observation: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One solved oracle episode.
+
+    Attributes:
+        env_id: The env it was played on.
+        seed: The ``reset`` seed.
+        opening: The opening messages (system prompt, first user message).
+        tools: The tool schemas the env announced on ``reset``.
+        turns: The assistant turns with the env's answers.
+        total_reward: The episode's total reward.
+    """
+
+    env_id: str
+    seed: int
+    opening: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    turns: tuple[DemoTurn, ...]
+    total_reward: float
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The whole conversation, opening messages first."""
+        out = list(self.opening)
+        for t in self.turns:
+            out.append(Message(role="assistant", content=t.action))
+            out.extend(t.observation)
+        return tuple(out)
+
+
+def demo_seeds(count: int, build_seed: int) -> range:
+    """The env seeds of ``count`` demonstrations for a build with seed ``build_seed``.
+
+    Raises:
+        ValueError: ``count`` exceeds :data:`SEEDS_PER_BUILD` or ``build_seed`` is negative.
+    """
+    if not 0 <= count <= SEEDS_PER_BUILD:
+        raise ValueError(f"count={count} must be in [0, {SEEDS_PER_BUILD}]")
+    if build_seed < 0:
+        raise ValueError(f"build seed must be >= 0, got {build_seed}")
+    start = DEMO_SEED_BASE + build_seed * SEEDS_PER_BUILD
+    return range(start, start + count)
+
+
+def collect_demos(env_id: str, count: int, *, build_seed: int = 0) -> list[Demo]:
+    """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
+
+    Args:
+        env_id: A registered env with an oracle.
+        count: Episodes to play.
+        build_seed: Picks the block of seeds, so different builds see different tasks.
+
+    Returns:
+        The solved episodes, in seed order (the built-in oracles solve every task).
+
+    Raises:
+        NotImplementedError: The env has no oracle.
+        TypeError: The env is not a :class:`~srt_agent.env.MultiTurnEnv`.
+    """
+    env = make(env_id)
+    inner = env.unwrapped
+    if not isinstance(inner, MultiTurnEnv):
+        raise TypeError(f"{env_id} is not a MultiTurnEnv ({type(inner).__name__})")
+    tools = tuple(inner.tools.schemas())
+    demos = []
+    try:
+        for seed in demo_seeds(count, build_seed):
+            result = run_episode(env, oracle_policy, seed=seed)
+            if not inner.is_success(result.total_reward, result.final_info):
+                continue
+            demos.append(_to_demo(env_id, seed, result.transcript, tools, result.total_reward))
+    finally:
+        env.close()
+    return demos
+
+
+def _to_demo(
+    env_id: str, seed: int, transcript: Sequence[Message], tools: tuple[dict[str, Any], ...], reward: float
+) -> Demo:
+    first = next(i for i, m in enumerate(transcript) if m.role == "assistant")
+    pairs: list[tuple[str, list[Message]]] = []
+    for m in transcript[first:]:
+        if m.role == "assistant":
+            pairs.append((m.content, []))
+        else:
+            pairs[-1][1].append(m)
+    last = len(pairs) - 1
+    turns = tuple(DemoTurn(a, tuple(obs) if i < last else ()) for i, (a, obs) in enumerate(pairs))
+    return Demo(env_id, seed, tuple(transcript[:first]), tools, turns, reward)
+
+
+def demo_texts(demos: Sequence[Demo]) -> Iterator[str]:
+    """Each demonstration rendered with the chat template, for training the tokenizer."""
+    for d in demos:
+        yield render_chat(d.messages, d.tools)
+
+
+def to_transcript(fmt: ChatFormat, demo: Demo) -> TokenTranscript:
+    """The demonstration as one token sequence, built turn by turn exactly as a rollout would be.
+
+    Assistant turns are tokenized and closed with the end-of-turn token, then appended as if the
+    policy had sampled them (loss mask 1); everything else is rendered by the template (mask 0).
+    ChatFormat checks at every turn that the template is append-only.
+    """
+    tr = fmt.start(demo.opening, demo.tools)
+    eot = fmt.stop_token_ids[0]
+    for turn in demo.turns:
+        ids = [*fmt.encode(turn.action), eot]
+        tr = fmt.add_generation(tr, ids, [0.0] * len(ids))
+        if turn.observation:
+            tr = fmt.add_observation(tr, turn.observation)
+    return tr

@@ -1,0 +1,93 @@
+"""What to roll out (:class:`EpisodeSpec`) and how (:class:`RolloutConfig`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from srt_agent.engine.types import SamplingParams
+
+
+class RolloutConfig(BaseModel):
+    """Options of the rollout scheduler (the ``rollout`` section of a run config).
+
+    Sampling options apply to every request; the stop tokens come from the chat format.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent: int = Field(
+        default=64,
+        ge=1,
+        description="Episodes in flight at once (each holds an env and at most one request).",
+    )
+    max_turns: int | None = Field(
+        default=None, ge=1, description="Rollout-level cap on assistant turns, on top of the env's own limit."
+    )
+    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    top_k: int = Field(default=0, ge=0, description="Keep only the k most likely tokens (0 disables).")
+    max_new_tokens: int = Field(default=512, ge=1, description="Most tokens per assistant turn.")
+    min_room_tokens: int = Field(
+        default=16,
+        ge=1,
+        description="A turn starts only if this many tokens (or max_new_tokens, if smaller) still fit "
+        "in the engine's context; otherwise the episode is truncated.",
+    )
+    seed: int | None = Field(
+        default=0,
+        description="Base of the per-request sampling seeds (None: the engine's own RNG, not reproducible).",
+    )
+
+    def sampling(
+        self, *, max_new_tokens: int, stop_token_ids: tuple[int, ...], seed: int | None
+    ) -> SamplingParams:
+        """The sampling parameters of one request."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=stop_token_ids,
+            seed=seed,
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to roll out.
+
+    Attributes:
+        env_id: A registered env id (made with :func:`srt_agent.registration.make`).
+        seed: The env seed for ``reset`` (same seed, same task).
+        trial: Repeat number of the same task (varies the sampling seeds, not the task).
+        episode_id: Unique id in the batch; default ``"<env_id>/<seed>/<trial>"``.
+        env_options: Options for ``make`` (validated by the env's config model).
+        reset_options: ``options`` for ``reset``.
+    """
+
+    env_id: str
+    seed: int | None = None
+    trial: int = 0
+    episode_id: str = ""
+    env_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    reset_options: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.episode_id:
+            object.__setattr__(self, "episode_id", f"{self.env_id}/{self.seed}/{self.trial}")
+
+
+def sampling_seed(base: int, episode_id: str, turn: int) -> int:
+    """The sampling seed of one request, derived from the run's base seed, the episode and the turn.
+
+    A hash rather than ``base + counter``: it does not depend on the order episodes run in (that
+    varies with concurrency), nearby bases do not share seeds, and it stays in ``[0, 2**63)`` so
+    every engine's generator accepts it.
+    """
+    digest = hashlib.blake2b(f"{base}\x00{episode_id}\x00{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1

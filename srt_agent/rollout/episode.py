@@ -1,0 +1,286 @@
+"""Playing one episode against an engine, token-in/token-out, with every failure contained.
+
+The scheduler runs many of these at once on one event loop. Everything that can block (making,
+resetting, stepping and closing the env) runs in worker threads or the env's async step, so one
+episode's tool calls overlap other episodes' generation. Chat-template rendering stays on the loop:
+it takes milliseconds, and HF fast tokenizers are not safe to call from several threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec
+
+import gymnasium as gym
+
+from srt_agent.chat_format import ChatFormat, TemplateContinuityError, TokenTranscript
+from srt_agent.engine.types import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.env import async_step
+from srt_agent.messages import Message
+from srt_agent.registration import make
+from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
+from srt_agent.rollout.trajectory import Status, Trajectory, TurnRecord, json_safe
+
+logger = logging.getLogger("srt_agent.rollout")
+_P = ParamSpec("_P")
+
+
+class _EpisodeEnd(Exception):
+    """Ends an episode early with a status and a reason (a truncation or a contained failure)."""
+
+    def __init__(self, status: Status, reason: str):
+        super().__init__(reason)
+        self.status: Status = status
+        self.reason = reason
+
+
+def _describe(exc: BaseException) -> str:
+    """``"<Type>: <first line of the message>"``; the full message and traceback go to the log."""
+    first = str(exc).strip().split("\n", 1)[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+class EpisodeRunner:
+    """Plays one :class:`EpisodeSpec` and builds its :class:`Trajectory` (one use per instance).
+
+    Args:
+        spec: The episode.
+        engine: Generates each turn.
+        fmt: Renders the conversation to tokens.
+        config: Sampling options and limits.
+        queue_s: Seconds the episode already waited for a slot (recorded in the trajectory).
+    """
+
+    def __init__(
+        self, spec: EpisodeSpec, engine: Engine, fmt: ChatFormat, config: RolloutConfig, queue_s: float = 0.0
+    ):
+        self.spec, self.engine, self.fmt, self.config = spec, engine, fmt, config
+        self.queue_s = queue_s
+        self.env: gym.Env[Any, str] | None = None
+        self.transcript: TokenTranscript | None = None
+        self.task_id = ""
+        self.requests: list[GenerationRequest] = []
+        self.outputs: list[GenerationOutput] = []
+        self.gen_times: list[float] = []
+        self.rewards: list[float] = []
+        self.final_obs: tuple[Message, ...] = ()
+        self.info: dict[str, Any] = {}
+        self.terminated = self.truncated = False
+        self.tool_calls = self.tool_errors = 0
+        self.env_s = self.gen_s = 0.0
+        self.opening: tuple[Message, ...] = ()
+
+    async def run(self) -> Trajectory:
+        """Play the episode to its end; never raises for env, template or engine failures."""
+        t0 = time.perf_counter()
+        status: Status = "ok"
+        reason = ""
+        try:
+            await self._play()
+        except _EpisodeEnd as end:
+            status, reason = end.status, end.reason
+            if status == "failed":  # with the original error's traceback (not this wrapper's)
+                logger.warning("episode %s failed: %s", self.spec.episode_id, reason, exc_info=end.__cause__)
+            else:
+                logger.debug("episode %s truncated: %s", self.spec.episode_id, reason)
+        finally:
+            await self._close()
+        success = status != "failed" and self._success()
+        return self._trajectory(status, reason, success, time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ the turn loop
+    async def _play(self) -> None:
+        opening, tools = await self._reset()
+        self.transcript = self._render(self.fmt.start, opening, tools)
+        cap = self.config.max_turns
+        while True:
+            if cap is not None and len(self.outputs) >= cap:
+                self.truncated = True
+                raise _EpisodeEnd("truncated", f"max_turns: {cap} turns reached (rollout limit)")
+            out = await self._generate(self.transcript)
+            self.transcript = self._render(
+                self.fmt.add_generation, self.transcript, out.token_ids, out.logprobs
+            )
+            obs = await self._step(self.fmt.assistant_text(out.token_ids))
+            if self.terminated:
+                return
+            if self.truncated:
+                why = self.info.get("truncation_reason") or "the env ended the episode"
+                raise _EpisodeEnd("truncated", f"env truncated: {why}")
+            self.transcript = self._render(self.fmt.add_observation, self.transcript, obs)
+
+    async def _reset(self) -> tuple[tuple[Message, ...], list[dict[str, Any]]]:
+        spec = self.spec
+        t = time.perf_counter()
+        where = "make"
+        try:
+            self.env = env = await asyncio.to_thread(make, spec.env_id, **dict(spec.env_options))
+            where = "reset"
+            obs, info = await asyncio.to_thread(
+                env.reset,
+                seed=spec.seed,
+                options=None if spec.reset_options is None else dict(spec.reset_options),
+            )
+        except Exception as exc:  # contained: this episode fails, the others go on
+            raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in {where}") from exc
+        finally:
+            self.env_s += time.perf_counter() - t
+        self.info = dict(info)
+        self.task_id = str(info.get("task_id", ""))
+        self.opening = tuple(obs)
+        return self.opening, list(info.get("tools") or ())
+
+    def _render(
+        self, fn: Callable[_P, TokenTranscript], *args: _P.args, **kwargs: _P.kwargs
+    ) -> TokenTranscript:
+        """Run a ChatFormat step; a template or continuity error fails the episode."""
+        try:
+            return fn(*args, **kwargs)
+        except (TemplateContinuityError, ValueError) as exc:
+            raise _EpisodeEnd("failed", f"chat template: {_describe(exc)}") from exc
+
+    def _request(self, transcript: TokenTranscript) -> GenerationRequest:
+        """The next turn's request, with max_new_tokens clamped to the context left."""
+        n, limit = len(transcript), self.engine.max_context
+        room = limit - n
+        need = min(self.config.min_room_tokens, self.config.max_new_tokens)
+        if room < need:
+            self.truncated = True
+            raise _EpisodeEnd(
+                "truncated", f"context limit: {limit} tokens (prompt is {n}, a turn needs {need} more)"
+            )
+        turn = len(self.outputs)
+        base = self.config.seed
+        seed = None if base is None else sampling_seed(base, self.spec.episode_id, turn)
+        params = self.config.sampling(
+            max_new_tokens=min(self.config.max_new_tokens, room),
+            stop_token_ids=self.fmt.stop_token_ids,
+            seed=seed,
+        )
+        return GenerationRequest(
+            request_id=f"{self.spec.episode_id}#{turn}",
+            prompt_ids=transcript.token_ids,
+            params=params,
+            task_id=self.task_id,
+        )
+
+    async def _generate(self, transcript: TokenTranscript) -> GenerationOutput:
+        req = self._request(transcript)
+        t = time.perf_counter()
+        try:
+            out = await self.engine.agenerate(req)
+        except PromptTooLongError as exc:
+            self.truncated = True
+            raise _EpisodeEnd("truncated", f"context limit: {exc}") from exc
+        except Exception as exc:  # contained: this episode fails, the others go on
+            raise _EpisodeEnd("failed", f"engine raised {_describe(exc)}") from exc
+        finally:
+            elapsed = time.perf_counter() - t
+            self.gen_s += elapsed
+        if out.finish_reason == "abort":
+            raise _EpisodeEnd("failed", f"engine aborted: {out.error or 'no reason given'}")
+        if not out.token_ids or len(out.token_ids) != len(out.logprobs):
+            raise _EpisodeEnd(
+                "failed",
+                f"engine aborted: bad output ({len(out.token_ids)} tokens, {len(out.logprobs)} logprobs)",
+            )
+        self.requests.append(req)
+        self.outputs.append(out)
+        self.gen_times.append(elapsed)
+        return out
+
+    async def _step(self, action: str) -> tuple[Message, ...]:
+        assert self.env is not None
+        t = time.perf_counter()
+        try:
+            obs, reward, terminated, truncated, info = await async_step(self.env, action)
+        except Exception as exc:  # contained: this episode fails, the others go on
+            raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in step") from exc
+        finally:
+            self.env_s += time.perf_counter() - t
+        # The step's reward is credited to the turn whose action caused it (the last one).
+        self.rewards.append(float(reward))
+        self.terminated, self.truncated, self.info = bool(terminated), bool(truncated), dict(info)
+        self.tool_calls += int(info.get("tool_calls", 0) or 0)
+        errors = info.get("tool_errors") or ()
+        self.tool_errors += errors if isinstance(errors, int) else len(errors)
+        obs_t = tuple(obs)
+        if self.terminated or self.truncated:
+            self.final_obs = obs_t
+        return obs_t
+
+    # ------------------------------------------------------------------ ending
+    async def _close(self) -> None:
+        if self.env is None:
+            return
+        t = time.perf_counter()
+        try:
+            await asyncio.to_thread(self.env.close)
+        except Exception:  # the episode's result stands; a leak is only logged
+            logger.warning("episode %s: env.close() raised", self.spec.episode_id, exc_info=True)
+        self.env_s += time.perf_counter() - t
+
+    def _success(self) -> bool:
+        if self.env is None:
+            return False
+        total = sum(self.rewards)
+        judge = getattr(self.env.unwrapped, "is_success", None)
+        if not callable(judge):  # a plain gymnasium env: the built-in envs' convention
+            return total >= 1.0 - 1e-9
+        try:
+            return bool(judge(total, self.info))
+        except Exception:  # a broken judge counts as not solved, and is logged
+            logger.warning("episode %s: is_success raised", self.spec.episode_id, exc_info=True)
+            return False
+
+    def _turn_records(self) -> tuple[TurnRecord, ...]:
+        spans: Sequence[tuple[int, int]] = self.transcript.turn_spans if self.transcript else ()
+        rewards = self.rewards + [0.0] * (len(spans) - len(self.rewards))
+        return tuple(
+            TurnRecord(
+                index=i,
+                start=s,
+                end=e,
+                state_key=req.state_key,
+                finish_reason=out.finish_reason,
+                reward=rewards[i],
+                forward_passes=out.forward_passes,
+                sampling_seed=req.params.seed,
+                generation_s=gen_s,
+            )
+            for i, ((s, e), req, out, gen_s) in enumerate(
+                zip(spans, self.requests, self.outputs, self.gen_times, strict=False)
+            )
+        )
+
+    def _trajectory(self, status: Status, reason: str, success: bool, wall_s: float) -> Trajectory:
+        tr = self.transcript
+        turns = self._turn_records()
+        return Trajectory(
+            episode_id=self.spec.episode_id,
+            env_id=self.spec.env_id,
+            task_id=self.task_id,
+            seed=self.spec.seed,
+            trial=self.spec.trial,
+            token_ids=tr.token_ids if tr else (),
+            loss_mask=tr.loss_mask if tr else (),
+            logprobs=tr.logprobs if tr else (),
+            turns=turns,
+            total_reward=sum(self.rewards),
+            success=success,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            status=status,
+            reason=reason,
+            tool_calls=self.tool_calls,
+            tool_errors=self.tool_errors,
+            messages=(tr.messages if tr else self.opening) + self.final_obs,
+            final_info=json_safe(self.info),
+            generation_s=self.gen_s,
+            env_s=self.env_s,
+            queue_s=self.queue_s,
+            wall_s=wall_s,
+        )

@@ -1,0 +1,51 @@
+"""The engine benchmark runs end to end on a tiny model and reports a flat record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from srt_agent.engine.bench import bench_engine, run_engine_bench
+from srt_agent.engine.random_model import save_random_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
+    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_run_engine_bench_reports_both_systems(tmp_path: Path) -> None:
+    model = save_random_model(tmp_path / "m")
+    record = run_engine_bench(model, batch_sizes=(1, 3), new_tokens=4, prompt_len=5, repeats=1)
+    for b in (1, 3):
+        engine, hf = record[f"torch_engine_tok_s_b{b}"], record[f"hf_generate_tok_s_b{b}"]
+        assert isinstance(engine, float) and isinstance(hf, float) and engine > 0 and hf > 0
+        assert abs(float(record[f"speedup_b{b}"]) - engine / hf) < 0.01
+    assert record["model"] == str(model) and record["params"] > 0
+
+
+def test_bench_engine_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import srt_agent.engine.bench as bench
+
+    model = save_random_model(tmp_path / "m")
+    real = bench.run_engine_bench
+
+    def small(model_dir: Path | None, num_threads: int | None) -> dict[str, float | int | str]:
+        return real(
+            model_dir, batch_sizes=(1,), new_tokens=3, prompt_len=3, repeats=1, num_threads=num_threads
+        )
+
+    monkeypatch.setattr(bench, "run_engine_bench", small)  # keep the CLI entry fast
+    out = tmp_path / "out" / "bench.json"
+    record = bench_engine(model, out, num_threads=1)
+    assert json.loads(out.read_text()) == record
+    assert "speedup_b1" in record

@@ -1,0 +1,120 @@
+"""Evaluation figures: pass^k on hand-made cases and against brute force, the flat JSON, seeds."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from srt_agent.evaluation import EVAL_SEED_END, EvalReport, eval_episodes, pass_hat_k, summarize
+from srt_agent.messages import user
+from srt_agent.rollout import Trajectory, TurnRecord
+
+T, F = True, False
+
+
+def test_pass_hat_k_on_hand_made_cases() -> None:
+    # n = k: a task counts only when every trial succeeded.
+    assert pass_hat_k([[T, T], [T, F], [F, F], [T, T]], 2) == 0.5
+    assert pass_hat_k([[T, T], [T, F], [F, F], [T, T]], 1) == 5 / 8  # pass^1 = success rate
+    # n > k: unbiased C(c, k) / C(n, k): 2 of 4 trials succeeded -> 1 of the 6 pairs is all-success.
+    assert pass_hat_k([[T, F, T, F]], 2) == pytest.approx(1 / 6)
+    assert pass_hat_k([[T, T, T, F]], 3) == pytest.approx(1 / 4)
+    assert pass_hat_k([[T] * 5, [F] * 5], 5) == 0.5
+    with pytest.raises(ValueError, match="task 1 has 1 trials; pass\\^2 needs at least 2"):
+        pass_hat_k([[T, T], [T]], 2)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        pass_hat_k([[T]], 0)
+    with pytest.raises(ValueError, match="at least one task"):
+        pass_hat_k([], 1)
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=6), min_size=1, max_size=4), st.integers(1, 6))
+def test_pass_hat_k_equals_the_mean_over_every_k_subset_of_trials(tasks: list[list[bool]], k: int) -> None:
+    if any(len(t) < k for t in tasks):
+        return
+    # The estimator is unbiased because it is exactly the average of "all k succeed" over every
+    # way of choosing k of the n trials.
+    brute = [
+        sum(all(c) for c in itertools.combinations(t, k)) / len(list(itertools.combinations(t, k)))
+        for t in tasks
+    ]
+    assert pass_hat_k(tasks, k) == pytest.approx(sum(brute) / len(brute))
+
+
+def traj(seed: int, trial: int, *, success: bool, status: str = "ok", reason: str = "") -> Trajectory:
+    ids = (1, 2, 3, 4, 5, 6)
+    return Trajectory(
+        episode_id=f"e/{seed}/{trial}", env_id="srt/Calculator-v0", task_id=f"task-{seed}", seed=seed,
+        trial=trial, token_ids=ids, loss_mask=(0, 0, 1, 1, 0, 1), logprobs=(0, 0, -0.1, -0.2, 0, -0.3),
+        turns=(
+            TurnRecord(0, 2, 4, "k0", "stop", 0.0, 1, 11, 0.01),
+            TurnRecord(1, 5, 6, "k1", "stop", float(success), 1, 12, 0.02),
+        ),
+        total_reward=float(success), success=success, terminated=status == "ok",
+        truncated=status == "truncated", status=status, reason=reason,  # type: ignore[arg-type]
+        tool_calls=2, tool_errors=1, messages=(user("q"),), generation_s=0.5, env_s=0.25,
+    )  # fmt: skip
+
+
+def report() -> EvalReport:
+    trajectories = [
+        traj(0, 0, success=T),
+        traj(0, 1, success=T),
+        traj(1, 0, success=T),
+        traj(1, 1, success=F, status="truncated", reason="env truncated: max_turns=10 reached"),
+        traj(2, 0, success=F, status="failed", reason="env raised ValueError: x in step"),
+        traj(2, 1, success=F, status="failed", reason="env raised ValueError: y in step"),
+    ]
+    return summarize(trajectories, k=2, model="m", temperature=1.0, seed=0, wall_s=2.0)
+
+
+def test_summary_counts_figures_over_all_episodes() -> None:
+    r = report()
+    assert (r.tasks, r.k, r.episodes, r.first_env_seed) == (3, 2, 6, 0)
+    assert r.success_rate == 0.5 and r.pass_hat[0] == 0.5 and r.pass_hat[1] == pytest.approx(1 / 3)
+    assert (r.ok, r.truncated, r.failed) == (3, 1, 2)
+    assert r.reasons == {"env truncated": 1, "env raised ValueError": 2}
+    assert (r.tokens_generated, r.forward_passes, r.tool_calls, r.tool_errors) == (18, 12, 12, 6)
+    assert r.mean_turns == 2 and r.tokens_per_s == 9.0 and r.tokens_per_forward == 1.5
+    assert r.generation_s == 3.0 and r.env_s == 1.5 and len(r.trajectories) == 6
+    with pytest.raises(ValueError, match="pass\\^2 needs at least 2"):
+        summarize([traj(0, 0, success=T)], k=2, model="m", temperature=1.0, seed=0, wall_s=1.0)
+
+
+def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
+    flat = report().flat()
+    assert all(v is None or isinstance(v, str | int | float) for v in flat.values())
+    assert json.loads(json.dumps(flat)) == flat
+    assert flat["schema"] == "srt-eval/1" and flat["pass_hat_k"] == flat["pass_hat_2"]
+    assert flat["pass_hat_1"] == flat["success_rate"] == 0.5
+    expected = {
+        "env_id", "model", "tasks", "k", "episodes", "temperature", "seed", "first_env_seed",
+        "success_rate", "pass_hat_k", "pass_hat_1", "pass_hat_2", "mean_reward", "mean_turns",
+        "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
+        "tool_calls", "tool_errors", "mean_tool_calls", "ok", "truncated", "failed", "wall_s",
+        "generation_s", "env_s", "tokens_per_s", "schema",
+    }  # fmt: skip
+    assert set(flat) == expected
+    out = io.StringIO()
+    Console(file=out, width=100).print(report().table())
+    text = out.getvalue()
+    assert "pass^2" in text and "33.3%" in text and "env raised ValueError" in text
+
+
+def test_eval_seeds_stay_below_the_demonstration_seeds() -> None:
+    from srt_agent.model.demos import DEMO_SEED_BASE
+
+    assert EVAL_SEED_END == DEMO_SEED_BASE
+    specs = eval_episodes("srt/Calculator-v0", 3, 2, first_seed=5)
+    assert [(s.seed, s.trial) for s in specs] == [(5, 0), (5, 1), (6, 0), (6, 1), (7, 0), (7, 1)]
+    assert len({s.episode_id for s in specs}) == 6
+    with pytest.raises(ValueError, match="training demonstrations"):
+        eval_episodes("srt/Calculator-v0", 2, 1, first_seed=EVAL_SEED_END - 1)
+    with pytest.raises(ValueError, match="k >= 1"):
+        eval_episodes("srt/Calculator-v0", 2, 0)

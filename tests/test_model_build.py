@@ -1,0 +1,108 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from model_fixtures import TINY
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import srt_agent.model.build as build_mod
+from srt_agent.chat_format import ChatFormat
+from srt_agent.model import BuildDirError, build_model, ensure_model, is_model_dir, quick_eval
+from srt_agent.model.build import BUILD_FILE, BuildConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    build_model(out, seed=0, config=TINY, show_progress=False)
+    return out
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(path / "model.safetensors")
+
+
+def test_tiny_build_saves_a_loadable_hf_directory(tiny_dir: Path) -> None:
+    assert is_model_dir(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.vocab_size == len(tok) and model.config.hidden_size == TINY.hidden_size
+    assert model.config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    assert model.generation_config.pad_token_id == tok.pad_token_id == 0
+    # The chat template travels inside tokenizer_config.json (readable by transformers 4.x too).
+    assert "chat_template" in json.loads((tiny_dir / "tokenizer_config.json").read_text())
+    fmt = ChatFormat(tok)
+    assert fmt.stop_token_ids[0] == tok.convert_tokens_to_ids("<|im_end|>")
+    ids = torch.tensor([fmt.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+
+
+def test_build_metadata_records_the_figures(tiny_dir: Path) -> None:
+    meta = json.loads((tiny_dir / BUILD_FILE).read_text())
+    assert meta["seed"] == 0 and meta["steps"] == TINY.sft.steps
+    assert meta["demos"] == dict(TINY.demos)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert meta["params"] == sum(p.numel() for p in model.parameters())
+    assert 0 < meta["loss_tokens"] < meta["tokens_trained"]
+    assert meta["seq_len"]["srt/Retail-v0"]["max"] <= meta["context"]
+    assert {"torch", "transformers", "tokenizers", "srt_agent"} <= set(meta["versions"])
+    assert meta["seconds"] > 0 and meta["final_loss"] > 0
+
+
+def test_same_seed_gives_identical_weights_and_other_seeds_differ(tiny_dir: Path, tmp_path: Path) -> None:
+    again = build_model(tmp_path / "again", seed=0, config=TINY, show_progress=False)
+    other = build_model(tmp_path / "other", seed=1, config=TINY, show_progress=False)
+    a, b, c = _weights(tiny_dir), _weights(Path(again.out_dir)), _weights(Path(other.out_dir))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tiny_dir / "tokenizer.json").read_text() == (tmp_path / "again" / "tokenizer.json").read_text()
+    assert not all(a[k].shape == c[k].shape and torch.equal(a[k], c[k]) for k in a)
+
+
+def test_refuses_a_foreign_non_empty_directory_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(BuildDirError, match="--force"):
+        build_model(tmp_path, config=TINY, show_progress=False)
+    assert not is_model_dir(tmp_path)
+    build_model(tmp_path, config=TINY, force=True, show_progress=False)
+    assert is_model_dir(tmp_path) and (tmp_path / "notes.txt").read_text() == "mine"
+    # A previous build is replaced without --force.
+    report = build_model(tmp_path, seed=3, config=TINY, show_progress=False)
+    assert report.seed == 3 and json.loads((tmp_path / BUILD_FILE).read_text())["seed"] == 3
+    file_path = tmp_path / "notes.txt"
+    with pytest.raises(BuildDirError, match="not a directory"):
+        build_model(file_path, config=TINY, show_progress=False)
+
+
+def test_ensure_model_builds_only_when_missing(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Path] = []
+
+    def fake_build(out: Path, **kwargs: object) -> None:
+        calls.append(Path(out))
+
+    monkeypatch.setattr(build_mod, "build_model", fake_build)
+    assert ensure_model(tiny_dir) == tiny_dir and calls == []
+    ensure_model(tmp_path / "fresh")
+    assert calls == [tmp_path / "fresh"]
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x").write_text("x")
+    monkeypatch.undo()
+    with pytest.raises(BuildDirError):
+        ensure_model(tmp_path / "junk")
+
+
+def test_context_too_small_for_the_demos_is_reported(tmp_path: Path) -> None:
+    cfg = BuildConfig(**{**TINY.__dict__, "demos": (("srt/GuessNumber-v0", 2),), "context": 64})
+    with pytest.raises(ValueError, match="raise context"):
+        build_model(tmp_path / "m", config=cfg, show_progress=False)
+
+
+def test_quick_eval_plays_whole_episodes(tiny_dir: Path) -> None:
+    res = quick_eval(tiny_dir, "srt/GuessNumber-v0", episodes=3, max_new_tokens=8, batch_size=2)
+    assert res.episodes == 3 and len(res.first_turns) == 3
+    assert 0.0 <= res.success_rate <= 1.0
+    # An untrained model rarely finds the number: most episodes run to the env's 12-turn limit.
+    assert 1 <= res.mean_turns <= 12 and res.context_overflows == 0

@@ -1,0 +1,43 @@
+import pytest
+from model_fixtures import ENV_IDS, demos, tokenizer
+
+from srt_agent.chat_format import ChatFormat
+from srt_agent.model.demos import DEMO_SEED_BASE, SEEDS_PER_BUILD, demo_seeds, to_transcript
+
+
+def test_demo_seeds_stay_clear_of_evaluation_seeds_and_of_other_builds() -> None:
+    a, b = demo_seeds(1000, 0), demo_seeds(1000, 1)
+    assert min(a) == DEMO_SEED_BASE and min(b) == DEMO_SEED_BASE + SEEDS_PER_BUILD
+    assert not set(a) & set(b)
+    with pytest.raises(ValueError, match="count"):
+        demo_seeds(SEEDS_PER_BUILD + 1, 0)
+    with pytest.raises(ValueError, match="seed"):
+        demo_seeds(1, -1)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_demos_are_solved_episodes_split_into_turns(env_id: str) -> None:
+    ds = demos()[env_id]
+    assert len(ds) == 6 and [d.seed for d in ds] == list(demo_seeds(6, 0))
+    for d in ds:
+        assert d.total_reward > 0 and d.env_id == env_id
+        assert [m.role for m in d.opening] == ["system", "user"]
+        assert d.turns and d.turns[-1].observation == ()  # the answer to the last turn trains nothing
+        assert all(t.observation for t in d.turns[:-1])
+        assert (len(d.tools) > 0) == (env_id != "srt/GuessNumber-v0")
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_loss_mask_covers_exactly_the_assistant_tokens(env_id: str) -> None:
+    fmt = ChatFormat(tokenizer())
+    for d in demos()[env_id]:
+        tr = to_transcript(fmt, d)
+        assert len(tr.turn_spans) == len(d.turns)
+        covered = set()
+        for (s, e), turn in zip(tr.turn_spans, d.turns, strict=True):
+            # Each span is the oracle's text plus the end-of-turn token, all trained on.
+            assert fmt.decode(tr.token_ids[s:e]) == turn.action + "<|im_end|>"
+            assert fmt.decode(tr.token_ids[:s]).endswith("<|im_start|>assistant\n")
+            covered.update(range(s, e))
+        assert {i for i, m in enumerate(tr.loss_mask) if m} == covered
+        assert tr.token_ids[-1] == fmt.stop_token_ids[0]

@@ -1,0 +1,96 @@
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from srt_agent.model.sft import IGNORE_INDEX, Example, SFTConfig, batches, collate, lr_at, train
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny models gain nothing from threads, and on a busy 2-core machine OpenMP threads that wait
+    # on each other make them many times slower.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _examples(n: int, seed: int = 0) -> list[Example]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(5, 40))
+        # A learnable pattern: the "assistant" half counts on from the prompt's last token.
+        prompt = [int(t) for t in rng.integers(3, 30, size=length)]
+        answer = [3 + (prompt[-1] - 3 + i) % 27 for i in range(1, length + 1)]
+        out.append(Example(tuple(prompt + answer), (0,) * length + (1,) * length))
+    return out
+
+
+def _tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=2,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def test_example_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="loss-mask"):
+        Example((1, 2, 3), (0, 1))
+
+
+def test_batches_respect_the_token_budget_and_cover_each_epoch_once() -> None:
+    exs = _examples(100)
+    stream = batches(exs, 200, np.random.default_rng(0))
+    seen: list[Example] = []
+    while len(seen) < len(exs):
+        batch = next(stream)
+        assert len(batch) * max(len(e.token_ids) for e in batch) <= 200
+        seen.extend(batch)
+    assert len(seen) == len(exs) and {id(e) for e in seen} == {id(e) for e in exs}
+    with pytest.raises(ValueError, match="batch_tokens"):
+        next(batches(exs, 10, np.random.default_rng(0)))
+
+
+def test_collate_pads_right_and_labels_only_the_loss_mask() -> None:
+    a, b = Example((5, 6, 7), (0, 1, 1)), Example((8, 9), (0, 1))
+    out = collate([a, b], pad_id=0)
+    assert out["input_ids"].tolist() == [[5, 6, 7], [8, 9, 0]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert out["labels"].tolist() == [[IGNORE_INDEX, 6, 7], [IGNORE_INDEX, 9, IGNORE_INDEX]]
+
+
+def test_padding_never_leaks_into_a_sequence() -> None:
+    model = _tiny_model().eval()
+    short, long = Example((5, 6, 7, 8), (0, 0, 1, 1)), Example(tuple(range(3, 20)), (1,) * 17)
+    alone = model(**collate([short], pad_id=0)).logits[0]
+    batched = model(**collate([short, long], pad_id=0)).logits[0, :4]
+    torch.testing.assert_close(alone, batched, atol=1e-5, rtol=1e-4)
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
+    cfg = SFTConfig(steps=100, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0) and lr_at(100, cfg) == pytest.approx(0.1)
+    assert lr_at(30, cfg) > lr_at(60, cfg) > lr_at(90, cfg)
+
+
+def test_loss_decreases_and_counts_are_reported() -> None:
+    model = _tiny_model()
+    exs = _examples(64)
+    stats = train(model, exs, SFTConfig(steps=30, batch_tokens=400, lr=1e-2, warmup_steps=3), pad_id=0, show_progress=False)
+    assert stats.steps == 30 and len(stats.losses) == 30
+    assert stats.final_loss < 0.5 * stats.losses[0]
+    assert 0 < stats.loss_tokens < stats.tokens
+    assert not model.training
