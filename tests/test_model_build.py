@@ -77,7 +77,9 @@ def test_refuses_a_foreign_non_empty_directory_unless_forced(tmp_path: Path) -> 
         build_model(file_path, config=TINY, show_progress=False)
 
 
-def test_ensure_model_builds_only_when_missing(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ensure_model_builds_only_when_missing(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[Path] = []
 
     def fake_build(out: Path, **kwargs: object) -> None:

@@ -89,7 +89,13 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
 def test_loss_decreases_and_counts_are_reported() -> None:
     model = _tiny_model()
     exs = _examples(64)
-    stats = train(model, exs, SFTConfig(steps=30, batch_tokens=400, lr=1e-2, warmup_steps=3), pad_id=0, show_progress=False)
+    stats = train(
+        model,
+        exs,
+        SFTConfig(steps=30, batch_tokens=400, lr=1e-2, warmup_steps=3),
+        pad_id=0,
+        show_progress=False,
+    )
     assert stats.steps == 30 and len(stats.losses) == 30
     assert stats.final_loss < 0.5 * stats.losses[0]
     assert 0 < stats.loss_tokens < stats.tokens

@@ -14,7 +14,10 @@ CALC_TOOL = {
         "description": "Evaluate arithmetic.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string"}, "ids": {"type": "array", "items": {"type": "string"}}},
+            "properties": {
+                "expression": {"type": "string"},
+                "ids": {"type": "array", "items": {"type": "string"}},
+            },
             "required": ["expression"],
         },
     },
@@ -78,14 +81,18 @@ def test_template_renders_tools_compactly_one_line_each() -> None:
     assert render_chat([user("hi")], [CALC_TOOL]).startswith("<|im_start|>system\nTools, called as")
     assert render_chat([user("hi")]) == "<|im_start|>user\nhi<|im_end|>\n"
     # Every tool result is its own turn (role `tool`), so nothing written earlier ever changes.
-    two = render_chat([user("q"), tool_result("1", call_id="a", name="x"), tool_result("2", call_id="b", name="x")])
+    two = render_chat(
+        [user("q"), tool_result("1", call_id="a", name="x"), tool_result("2", call_id="b", name="x")]
+    )
     assert two.endswith("<|im_start|>tool\n1<|im_end|>\n<|im_start|>tool\n2<|im_end|>\n")
 
 
 def test_hf_apply_chat_template_matches_render_chat() -> None:
     tok = tokenizer()
     msgs = [system("S"), user("U")]
-    out = tok.apply_chat_template([m.as_dict() for m in msgs], tools=[CALC_TOOL], tokenize=False, add_generation_prompt=True)
+    out = tok.apply_chat_template(
+        [m.as_dict() for m in msgs], tools=[CALC_TOOL], tokenize=False, add_generation_prompt=True
+    )
     assert out == render_chat(msgs, [CALC_TOOL], generation_prompt=True)
 
 
@@ -106,4 +113,7 @@ def test_saved_tokenizer_loads_with_autotokenizer(tmp_path) -> None:
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert loaded.chat_template == CHAT_TEMPLATE
     text = render_chat([system("S"), user("What is 12 * 3.5?")], [CALC_TOOL], generation_prompt=True)
-    assert loaded(text, add_special_tokens=False)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
+    assert (
+        loaded(text, add_special_tokens=False)["input_ids"]
+        == tok(text, add_special_tokens=False)["input_ids"]
+    )
