@@ -13,6 +13,15 @@ from srt_agent.model import BuildDirError, build_model, ensure_model, is_model_d
 from srt_agent.model.build import BUILD_FILE, BuildConfig
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny models gain nothing from threads; on a busy 2-core machine waiting threads slow them badly.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "model"
@@ -52,29 +61,26 @@ def test_build_metadata_records_the_figures(tiny_dir: Path) -> None:
     assert meta["seconds"] > 0 and meta["final_loss"] > 0
 
 
-def test_same_seed_gives_identical_weights_and_other_seeds_differ(tiny_dir: Path, tmp_path: Path) -> None:
-    again = build_model(tmp_path / "again", seed=0, config=TINY, show_progress=False)
-    other = build_model(tmp_path / "other", seed=1, config=TINY, show_progress=False)
-    a, b, c = _weights(tiny_dir), _weights(Path(again.out_dir)), _weights(Path(other.out_dir))
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert (tiny_dir / "tokenizer.json").read_text() == (tmp_path / "again" / "tokenizer.json").read_text()
-    assert not all(a[k].shape == c[k].shape and torch.equal(a[k], c[k]) for k in a)
-
-
-def test_refuses_a_foreign_non_empty_directory_unless_forced(tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("mine")
+def test_refusal_force_determinism_and_rebuild(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
     with pytest.raises(BuildDirError, match="--force"):
-        build_model(tmp_path, config=TINY, show_progress=False)
-    assert not is_model_dir(tmp_path)
-    build_model(tmp_path, config=TINY, force=True, show_progress=False)
-    assert is_model_dir(tmp_path) and (tmp_path / "notes.txt").read_text() == "mine"
-    # A previous build is replaced without --force.
-    report = build_model(tmp_path, seed=3, config=TINY, show_progress=False)
-    assert report.seed == 3 and json.loads((tmp_path / BUILD_FILE).read_text())["seed"] == 3
-    file_path = tmp_path / "notes.txt"
+        build_model(out, config=TINY, show_progress=False)
+    assert not is_model_dir(out)
     with pytest.raises(BuildDirError, match="not a directory"):
-        build_model(file_path, config=TINY, show_progress=False)
+        build_model(out / "notes.txt", config=TINY, show_progress=False)
+    # Forced into the foreign directory: same seed, same weights and tokenizer as the fixture's build.
+    build_model(out, seed=0, config=TINY, force=True, show_progress=False)
+    assert is_model_dir(out) and (out / "notes.txt").read_text() == "mine"
+    a, b = _weights(tiny_dir), _weights(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (tiny_dir / "tokenizer.json").read_text() == (out / "tokenizer.json").read_text()
+    # A previous build is replaced without --force; another seed gives other weights.
+    report = build_model(out, seed=1, config=TINY, show_progress=False)
+    assert report.seed == 1 and json.loads((out / BUILD_FILE).read_text())["seed"] == 1
+    c = _weights(out)
+    assert not all(a[k].shape == c[k].shape and torch.equal(a[k], c[k]) for k in a)
 
 
 def test_ensure_model_builds_only_when_missing(
@@ -108,3 +114,17 @@ def test_quick_eval_plays_whole_episodes(tiny_dir: Path) -> None:
     assert 0.0 <= res.success_rate <= 1.0
     # An untrained model rarely finds the number: most episodes run to the env's 12-turn limit.
     assert 1 <= res.mean_turns <= 12 and res.context_overflows == 0
+
+
+@pytest.mark.slow
+def test_default_build_meets_the_time_budget_and_records_metadata(tmp_path: Path) -> None:
+    report = build_model(tmp_path / "default", seed=0, show_progress=False)
+    meta = json.loads((tmp_path / "default" / BUILD_FILE).read_text())
+    assert report.seconds <= 240, f"default build took {report.seconds:.0f}s, over the 4-minute budget"
+    assert meta["seconds"] == report.seconds and meta["steps"] == BuildConfig().sft.steps
+    assert meta["demos"] == dict(BuildConfig().demos)
+    assert 1_000_000 <= meta["params"] <= 10_000_000
+    assert meta["final_loss"] < 1.0
+    assert all(s["max"] <= meta["context"] for s in meta["seq_len"].values())
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "default")
+    assert sum(p.numel() for p in model.parameters()) == meta["params"]
