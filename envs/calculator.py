@@ -112,8 +112,10 @@ def parse_number(text: str) -> Fraction | None:
     match = _NUMBER_RE.search(cleaned)
     if match is None:
         return None
+    # "74.65/78" is a valid match but not a valid Fraction literal: parse the two sides apart.
+    top, _, bottom = match.group().replace(" ", "").partition("/")
     try:
-        return Fraction(match.group().replace(" ", ""))
+        return Fraction(top) / Fraction(bottom) if bottom else Fraction(top)
     except ZeroDivisionError:
         return None
 

@@ -131,6 +131,8 @@ def test_answer_parsing_helpers() -> None:
     assert parse_number("3/4 cup") == Fraction(3, 4)
     assert parse_number("-2.5 km") == Fraction(-5, 2)
     assert parse_number("none") is None and parse_number("1/0") is None
+    # A decimal over a whole number was a valid match but not a valid Fraction literal (it crashed step()).
+    assert parse_number("74.65/78") == Fraction("74.65") / 78
     assert find_answer("<answer>1</answer> then <answer>2</answer>") == "2"
     assert find_answer("so: <answer> 42") == "42"
     assert find_answer("no tag here") is None

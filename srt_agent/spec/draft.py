@@ -1,0 +1,118 @@
+"""Draft trees and the interface between a draft source (the tree cache) and the engine.
+
+A draft is a small tree of token ids that continues a sequence's committed tokens. Node ``i`` has
+token ``token_ids[i]`` and parent ``parents[i]`` (``-1``: a child of the last committed token).
+Nodes are in topological order (a parent comes before its children) and siblings carry distinct
+tokens, which the exact verification rule needs (see ``srt_agent.spec.verify``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+DraftSource = Literal["exact", "task", "global", "none"]
+"""Where a draft came from: the exact conversation state's tree, the same task's trees matched on the
+recent tokens' suffix, the global tree, or nowhere (an empty draft)."""
+
+StreamKind = Literal["live", "runahead"]
+"""Live sequences feed trajectories; run-ahead sequences only feed the cache."""
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A token tree to verify in one forward pass.
+
+    Attributes:
+        token_ids: Token of each node.
+        parents: Parent index of each node (``-1`` for children of the root, else ``< i``).
+        probs: Estimated probability of reaching each node from the root (path probability from
+            the cache's counts), used to rank nodes and by the engine's cost model.
+        source: Where the draft came from.
+        runahead: Per node, whether its counts come only from run-ahead content (a metric: drafts
+            served by run-ahead work).
+    """
+
+    token_ids: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()
+    probs: tuple[float, ...] = ()
+    source: DraftSource = "none"
+    runahead: tuple[bool, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        if len(self.parents) != n or len(self.probs) != n:
+            raise ValueError(
+                f"draft tree: {n} tokens, {len(self.parents)} parents, {len(self.probs)} probs (must match)"
+            )
+        if self.runahead and len(self.runahead) != n:
+            raise ValueError(f"draft tree: {n} tokens but {len(self.runahead)} run-ahead flags")
+        seen: set[tuple[int, int]] = set()
+        for i, (tok, parent) in enumerate(zip(self.token_ids, self.parents, strict=True)):
+            if not -1 <= parent < i:
+                raise ValueError(f"draft tree: node {i} has parent {parent}; parents must be -1 or < {i}")
+            if (parent, tok) in seen:
+                raise ValueError(f"draft tree: node {i} repeats token {tok} under parent {parent}")
+            seen.add((parent, tok))
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def children(self, node: int) -> list[int]:
+        """Indices of the children of ``node`` (``-1``: the root), in index order."""
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def depth(self, node: int) -> int:
+        """Number of nodes on the path from the root to ``node`` (1 for a root child)."""
+        d = 0
+        while node >= 0:
+            node = self.parents[node]
+            d += 1
+        return d
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root's child down to ``node``."""
+        out: list[int] = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+
+EMPTY_DRAFT = DraftTree()
+
+
+@runtime_checkable
+class DraftSourceProtocol(Protocol):
+    """What the engine needs from a draft source (the TreeCache implements it).
+
+    The engine calls ``draft`` before each verification forward of a sequence, and ``extend`` with
+    every token it commits (so in-flight sequences feed the cache as they generate), then
+    ``finish`` when the sequence ends. Calls come from the engine's worker thread.
+    """
+
+    def draft(
+        self, state_key: str, task_id: str, prompt_ids: Sequence[int], generated: Sequence[int], budget: int
+    ) -> DraftTree:
+        """A draft of at most ``budget`` nodes continuing ``prompt_ids + generated``.
+
+        ``state_key`` is the hash of ``prompt_ids`` (the state the generation started from);
+        ``generated`` are the tokens committed since.
+        """
+        ...
+
+    def extend(
+        self,
+        stream_id: str,
+        state_key: str,
+        task_id: str,
+        new_tokens: Sequence[int],
+        kind: StreamKind = "live",
+    ) -> None:
+        """Append ``new_tokens`` to stream ``stream_id`` (a generation from state ``state_key``)."""
+        ...
+
+    def finish(self, stream_id: str) -> None:
+        """The stream ended; forget its cursor (its tokens stay in the cache)."""
+        ...
