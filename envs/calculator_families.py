@@ -244,10 +244,10 @@ def savings(rng: np.random.Generator, n: int) -> tuple[str, Plan]:
         ),
     )
     plan = Plan()
-    growth = num(Fraction(100 + rate, 100))
+    # "* (100 + 4) / 100" rather than "* 1.04": every number in the expression is copied from the text.
     cur: Ref | str = num(deposit)
     for year in range(1, years + 1):
-        cur = plan.add(f"{cur} * {growth}", f"the balance after year {year}", "$")
+        cur = plan.add(f"{cur} * (100 + {rate}) / 100", f"the balance after year {year}", "$")
     if earned:
         plan.add(f"{cur} - {num(deposit)}", "the interest earned", "$")
         question = f"How much interest has the money earned after {years} years, in dollars?"

@@ -144,8 +144,16 @@ def sample(rng: np.random.Generator, options: Sequence[T], k: int) -> list[T]:
 
 
 def cents(rng: np.random.Generator, low: int, high: int, step: int = 5) -> Fraction:
-    """A price in dollars drawn in whole multiples of ``step`` cents from ``low``..``high`` cents."""
-    return Fraction(step * int(rng.integers(low // step, high // step + 1)), 100)
+    """A price in dollars drawn in whole multiples of ``step`` cents from ``low``..``high`` cents.
+
+    Prices ending in ten cents (``$18.50``) move up by ``step`` cents: prose writes them with two
+    decimals but expressions with one (``18.5``), and a model should be able to copy a price from the
+    problem into an expression verbatim.
+    """
+    c = step * int(rng.integers(low // step, high // step + 1))
+    if c % 10 == 0 and c % 100 != 0:
+        c += step
+    return Fraction(c, 100)
 
 
 def num(x: Fraction | int) -> str:
@@ -154,25 +162,34 @@ def num(x: Fraction | int) -> str:
 
 
 def text_num(x: Fraction | int) -> str:
-    """A number as written in prose: thousands separated by commas (``12,500``, ``2.54``)."""
-    x = Fraction(x)
-    whole, frac = divmod(abs(x), 1)
-    body = f"{int(whole):,}" + (format_number(frac)[1:] if frac else "")
-    return ("-" if x < 0 else "") + body
+    """A number as written in prose (``12500``, ``2.54``): the same digits as in an expression.
+
+    No thousands separators: the model copies numbers from the problem into calculator expressions,
+    and a copy should be verbatim, not a reformatting.
+    """
+    return format_number(Fraction(x))
 
 
 def money(x: Fraction | int) -> str:
-    """A dollar amount as written in prose (``$12.50``, ``$1,250``)."""
+    """A dollar amount as written in prose (``$12.55``, ``$1250``, ``$12.50`` for 12.5).
+
+    No thousands separators (see :func:`text_num`); prices drawn by :func:`cents` never end in ten
+    cents, so a price's prose digits equal its expression digits.
+    """
     x = Fraction(x)
     if x.denominator == 1:
-        return f"${int(x):,}"
-    return f"${float(x):,.2f}" if _decimals(x) <= 2 else f"${text_num(x)}"
+        return f"${int(x)}"
+    return f"${float(x):.2f}" if _decimals(x) <= 2 else f"${text_num(x)}"
 
 
 def with_unit(value: str, unit: str) -> str:
-    """A calculator output with its unit, for the oracle's prose (``$12.50``, ``245 km``)."""
+    """A calculator output with its unit, for the oracle's prose (``$12.5``, ``245 km``).
+
+    The output's digits are kept verbatim (no rounding to cents, no separators): the next step copies
+    them into an expression, and a restatement that reformats them would teach a second spelling.
+    """
     if unit == "$":
-        return money(Fraction(value))
+        return f"${value}"
     return f"{value} {unit}" if unit else value
 
 

@@ -69,8 +69,11 @@ def test_batches_respect_the_token_budget_and_cover_each_epoch_once() -> None:
         assert len(batch) * max(len(e.token_ids) for e in batch) <= 200
         seen.extend(batch)
     assert len(seen) == len(exs) and {id(e) for e in seen} == {id(e) for e in exs}
+    # Examples longer than the budget are not dropped: each is a batch of its own.
+    tiny = batches(exs, 10, np.random.default_rng(0))
+    assert all(len(next(tiny)) == 1 for _ in range(len(exs)))
     with pytest.raises(ValueError, match="batch_tokens"):
-        next(batches(exs, 10, np.random.default_rng(0)))
+        next(batches(exs, 0, np.random.default_rng(0)))
 
 
 def test_collate_pads_right_and_labels_only_the_loss_mask() -> None:

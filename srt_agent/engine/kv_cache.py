@@ -244,19 +244,28 @@ def tree_bias(
         ValueError: A parent index does not precede its node.
     """
     num_new = max((len(p) for p in parents), default=0)
-    allowed = torch.zeros((len(parents), num_new, length), dtype=torch.bool)
-    positions = torch.zeros((len(parents), num_new), dtype=torch.long)
-    for b, (prefix, row) in enumerate(zip(prefix_lengths, parents, strict=True)):
-        padded = list(row) + [len(row) - 1 + i for i in range(num_new - len(row))]
-        depth: list[int] = []
-        allowed[b, :, :prefix] = True
-        for j, parent in enumerate(padded):
-            if not -1 <= parent < j:
-                raise ValueError(f"row {b}: node {j} has parent {parent}; parents must precede their nodes")
-            if parent >= 0:
-                allowed[b, j] |= allowed[b, parent]
-            allowed[b, j, prefix + j] = True
-            depth.append(0 if parent < 0 else depth[parent] + 1)
-        positions[b] = prefix + torch.tensor(depth, dtype=torch.long)
+    padded: list[list[int]] = []
+    for b, row in enumerate(parents):
+        for j, up in enumerate(row):
+            if not -1 <= up < j:
+                raise ValueError(f"row {b}: node {j} has parent {up}; parents must precede their nodes")
+        padded.append(list(row) + [len(row) - 1 + i for i in range(num_new - len(row))])
+    batch = len(parents)
+    parent = torch.tensor(padded, dtype=torch.long).view(batch, num_new)  # (B, T)
+    # ancestors[b, j, k]: node k is node j or one of its ancestors. Parents precede their nodes, so
+    # one pass in node order, vectorised over rows, completes every row's relation.
+    ancestors = torch.eye(num_new, dtype=torch.bool).repeat(batch, 1, 1)  # (B, T, T)
+    depth = torch.zeros((batch, num_new), dtype=torch.long)
+    rows = torch.arange(batch)
+    for j in range(num_new):
+        has_parent = parent[:, j] >= 0
+        p = parent[:, j].clamp(min=0)
+        ancestors[:, j] |= ancestors[rows, p] & has_parent[:, None]
+        depth[:, j] = torch.where(has_parent, depth[rows, p] + 1, 0)
+    prefix = torch.tensor(list(prefix_lengths), dtype=torch.long)
+    rel = torch.arange(length)[None, :] - prefix[:, None]  # (B, L): column relative to the tree
+    in_tree = (rel >= 0) & (rel < num_new)
+    seen = ancestors.gather(2, rel.clamp(0, max(num_new - 1, 0))[:, None, :].expand(batch, num_new, length))
+    allowed = (rel < 0)[:, None, :] | (in_tree[:, None, :] & seen)  # (B, T, L)
     bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
-    return bias[:, None], positions
+    return bias[:, None], prefix[:, None] + depth

@@ -95,6 +95,39 @@ def processed_logprobs(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
     return x.log_softmax(dim=-1)
 
 
+def draw(
+    logprobs: torch.Tensor, logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
+) -> torch.Tensor:
+    """Draw a token from each processed distribution by inverse CDF (argmax for greedy rows).
+
+    Works on one distribution per row (``(B, V)``) or several (``(B, T, V)``, e.g. the nodes of a
+    draft tree, all sharing the row's parameters and each with its own uniform).
+
+    Args:
+        logprobs: ``(B, V)`` or ``(B, T, V)`` from :func:`processed_logprobs`.
+        logits: The raw logits they came from (greedy rows take their argmax).
+        rows: Parameters of the ``B`` rows.
+        uniforms: ``(B,)`` or ``(B, T)`` uniforms in ``[0, 1)`` (ignored for greedy rows; may be
+            ``None`` when every row is greedy).
+
+    Returns:
+        ``(B,)`` or ``(B, T)`` int64 tokens.
+    """
+    greedy_tokens = logits.argmax(dim=-1)
+    if rows.all_greedy or uniforms is None:
+        return greedy_tokens
+    cdf = logprobs.exp().cumsum(dim=-1)  # (..., V)
+    # Scale u by the total mass so rounding in the cumsum can never push u past the end; with
+    # `right=True` the first cdf entry strictly above u is a token of non-zero probability.
+    target = uniforms.to(cdf.dtype) * cdf[..., -1]
+    drawn = torch.searchsorted(cdf, target[..., None], right=True).squeeze(-1)
+    # If u * total rounds up to total, searchsorted runs off the end: fall back to the last
+    # token of non-zero probability (the first index where the cdf reaches its total).
+    drawn = torch.minimum(drawn, (cdf < cdf[..., -1:]).sum(dim=-1))
+    greedy = rows.greedy.view((-1,) + (1,) * (drawn.dim() - 1))
+    return torch.where(greedy, greedy_tokens, drawn)
+
+
 def sample(
     logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -110,18 +143,6 @@ def sample(
         ``(tokens (B,) int64, token logprobs (B,) float32, logprobs (B, V))``.
     """
     logprobs = processed_logprobs(logits, rows)  # (B, V)
-    greedy_tokens = logits.argmax(dim=-1)
-    if rows.all_greedy or uniforms is None:
-        tokens = greedy_tokens
-    else:
-        cdf = logprobs.exp().cumsum(dim=-1)  # (B, V)
-        # Scale u by the total mass so rounding in the cumsum can never push u past the end; with
-        # `right=True` the first cdf entry strictly above u is a token of non-zero probability.
-        target = uniforms.to(cdf.dtype) * cdf[:, -1]
-        drawn = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
-        # If u * total rounds up to total, searchsorted runs off the end: fall back to the last
-        # token of non-zero probability (the first index where the cdf reaches its total).
-        drawn = torch.minimum(drawn, (cdf < cdf[:, -1:]).sum(dim=-1))
-        tokens = torch.where(rows.greedy, greedy_tokens, drawn)
+    tokens = draw(logprobs, logits, rows, uniforms)
     token_logprobs = logprobs.gather(-1, tokens[:, None]).squeeze(1)
     return tokens, token_logprobs, logprobs

@@ -4,85 +4,36 @@ The scheduler is single-threaded (the engine's worker thread owns it and the mod
 sequences occupy cache rows ``0 .. n-1``; a finished sequence's row is refilled by moving the last
 row into it, so every decode step is one forward over a contiguous row range. New requests are
 admitted whenever rows are free, prefilled together (padded, under a token budget) and join the
-next decode step: sequences join and leave the batch independently.
+next decode step: sequences join and leave the batch independently. Live requests are admitted
+before run-ahead ones and take the rows of running run-ahead sequences when the batch is full.
+
+With a :class:`~srt_agent.engine.speculative.Speculator`, a decode step may verify draft trees and
+emit several tokens per row; each row then commits its tokens one by one (stop conditions can cut
+an accepted path) and its KV cache row is compacted to the accepted path.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
 import torch
 
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.sampling import RowParams, sample
-from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest
+from srt_agent.engine.sequence import Detokenizer, SequenceState
+from srt_agent.engine.speculative import Emitted, Speculator, sync
+from srt_agent.engine.types import FinishReason
+from srt_agent.spec.stats import SpecCounters
+
+__all__ = ["Detokenizer", "Scheduler", "SequenceState"]
 
 log = logging.getLogger(__name__)
 
-_UNIFORM_BLOCK = 64  # uniforms drawn per refill of a request's stream (amortises torch.rand calls)
-
-
-class Detokenizer(Protocol):
-    """The one tokenizer method stop strings need (HF tokenizers have it)."""
-
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str | list[str]:
-        """Text of ``token_ids`` (HF annotates a list return for batched input, unused here)."""
-        ...
-
-
-@dataclass
-class SequenceState:
-    """A request in flight: its prompt, generated tokens and stop conditions."""
-
-    request: GenerationRequest
-    on_done: Callable[[GenerationOutput], None]
-    cancelled: Callable[[], bool]
-    seed: int
-    max_total: int  # prompt + generated tokens may not exceed this (context limit)
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    decode_passes: int = 0
-    generator: torch.Generator | None = None
-    uniforms: list[float] = field(default_factory=list)
-    stop_window: int = 0  # tokens to decode when looking for stop strings
-
-    @property
-    def cached(self) -> int:
-        """Positions of this sequence held in the KV cache (the newest token is not yet)."""
-        return len(self.request.prompt_ids) + max(len(self.tokens) - 1, 0)
-
-    def next_uniform(self) -> float:
-        """Next uniform of this request's private stream (see :mod:`srt_agent.engine.sampling`)."""
-        if not self.uniforms:
-            if self.generator is None:
-                self.generator = torch.Generator(device="cpu")
-                self.generator.manual_seed(self.seed)
-            # Reversed so that pop() returns them in drawing order.
-            self.uniforms = torch.rand(_UNIFORM_BLOCK, generator=self.generator).tolist()[::-1]
-        return self.uniforms.pop()
-
-    def output(self, reason: FinishReason, stop: int | str | None = None, error: str | None = None) -> None:
-        """Deliver the result (never raises: a failing callback is logged)."""
-        out = GenerationOutput(
-            request_id=self.request.request_id,
-            token_ids=tuple(self.tokens),
-            logprobs=tuple(self.logprobs),
-            finish_reason=reason,
-            stop=stop,
-            # The prefill forward samples the first token, so it counts: plain decoding reads as
-            # exactly one token per forward, and speculation's gain shows as more than one.
-            forward_passes=self.decode_passes + (1 if self.tokens else 0),
-            error=error,
-        )
-        try:
-            self.on_done(out)
-        except Exception:
-            log.exception("delivering the output of request %r failed", self.request.request_id)
+_Result = tuple[SequenceState, FinishReason, int | str | None, str | None]  # (seq, reason, stop, error)
 
 
 class Scheduler:
@@ -94,6 +45,8 @@ class Scheduler:
         max_batch: Most sequences decoding at once.
         tokenizer: Needed only for stop strings.
         prefill_tokens: Budget of padded tokens per prefill forward (several prompts share one).
+        speculator: Draft source link (drafts, verification, reporting); ``None``: plain decoding.
+        counters: Speculation metrics (tokens and forwards are counted with or without drafts).
     """
 
     def __init__(
@@ -104,15 +57,20 @@ class Scheduler:
         max_batch: int,
         tokenizer: Detokenizer | None = None,
         prefill_tokens: int = 4096,
+        speculator: Speculator | None = None,
+        counters: SpecCounters | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
         self.max_batch = max_batch
         self.tokenizer = tokenizer
         self.prefill_tokens = prefill_tokens
+        self.speculator = speculator
+        self.counters = counters if counters is not None else SpecCounters()
         self.rows: list[SequenceState] = []
         self.waiting: deque[SequenceState] = deque()
         self._row_params: RowParams | None = None  # rebuilt when the row set changes
+        self._admissions = 0
         # Counters for tests and monitoring: forwards run and the largest decode batch seen.
         self.decode_steps = 0
         self.prefill_forwards = 0
@@ -137,25 +95,55 @@ class Scheduler:
 
     def abort_all(self, error: str) -> None:
         """Finish every running and waiting sequence with ``abort``."""
-        for seq in [*self.rows, *self.waiting]:
-            seq.output("abort", error=error)
+        seqs = [*self.rows, *self.waiting]
         self.rows.clear()
         self.waiting.clear()
         self._row_params = None
+        for seq in seqs:
+            self._deliver(seq, "abort", error=error)
 
     @torch.inference_mode()
     def step(self) -> None:
         """Admit and prefill waiting sequences while rows are free, then decode all rows once."""
         self._drop_cancelled()
+        self._preempt_runahead()
         admitted: list[SequenceState] = []
         while self.waiting and len(self.rows) + len(admitted) < self.max_batch:
-            admitted.append(self.waiting.popleft())
+            admitted.append(self._next_waiting())
         if self.rows:
             self.joined_running += len(admitted)
         for group in _prefill_groups(admitted, self.prefill_tokens):
             self._prefill(group)
         if self.rows:
             self._decode()
+
+    def _next_waiting(self) -> SequenceState:
+        """Pop the first live waiting sequence, else the first run-ahead one."""
+        for i, seq in enumerate(self.waiting):
+            if seq.request.priority == "live":
+                del self.waiting[i]
+                break
+        else:
+            seq = self.waiting.popleft()
+        seq.admitted = self._admissions
+        self._admissions += 1
+        return seq
+
+    def _preempt_runahead(self) -> None:
+        """Free the rows of the newest run-ahead sequences for live ones that would wait otherwise."""
+        if not any(s.request.priority == "runahead" for s in self.rows):
+            return
+        live_waiting = sum(1 for s in self.waiting if s.request.priority == "live")
+        short = live_waiting - (self.max_batch - len(self.rows))
+        if short <= 0:
+            return
+        runahead = [i for i, s in enumerate(self.rows) if s.request.priority == "runahead"]
+        victims = sorted(runahead, key=lambda i: self.rows[i].admitted, reverse=True)[:short]
+        seqs = [self.rows[i] for i in victims]
+        self._remove_rows(victims)
+        self.counters.add(preempted=len(seqs))
+        for seq in seqs:
+            self._deliver(seq, "preempted")
 
     def _drop_cancelled(self) -> None:
         """Abort sequences whose caller gave up (their output reaches nobody, but frees the id)."""
@@ -165,7 +153,19 @@ class Scheduler:
         dropped += [self.rows[i] for i in gone]
         self._remove_rows(gone)
         for seq in dropped:
-            seq.output("abort", error="cancelled")
+            self._deliver(seq, "abort", error="cancelled")
+
+    def _deliver(
+        self,
+        seq: SequenceState,
+        reason: FinishReason,
+        stop: int | str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """End a sequence: tell the draft source, then hand the output to the caller."""
+        if self.speculator is not None:
+            self.speculator.finish(seq)
+        seq.output(reason, stop=stop, error=error)
 
     def _params(self) -> RowParams:
         if self._row_params is None:
@@ -201,60 +201,102 @@ class Scheduler:
         except Exception as exc:  # isolate: only this prefill group fails
             log.exception("prefill failed")
             for s in group:
-                s.output("abort", error=f"prefill failed: {type(exc).__name__}: {exc}")
+                self._deliver(s, "abort", error=f"prefill failed: {type(exc).__name__}: {exc}")
             return
         self.rows.extend(group)
         self._row_params = None
         self.prefill_forwards += 1
-        self._finish_step(row_start, tokens.tolist(), logprobs.tolist())
+        self.counters.add(prefill_forwards=1)
+        self._finish_step(
+            row_start, [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
+        )
 
     def _decode(self) -> None:
-        device = self.model.device
         b = len(self.rows)
+        spec = self.speculator
         try:
-            lengths = [s.cached + 1 for s in self.rows]  # the new token included
-            length = max(lengths)
-            self.cache.reserve(b, length)
-            ids = torch.tensor([[s.tokens[-1]] for s in self.rows], dtype=torch.long, device=device)
-            lengths_t = torch.tensor(lengths, dtype=torch.long, device=device)
-            positions = (lengths_t - 1)[:, None]  # (B, 1)
-            bias = decode_bias(lengths_t, length, self.model.dtype)  # (B, 1, 1, L)
-            logits = self.model.forward(ids, positions, self.cache, 0, positions, bias)[:, 0]  # (B, V)
-            rows = self._params()
-            tokens, logprobs, _ = sample(logits, rows, self._uniforms(self.rows, rows))
+            drafts = spec.drafts(self.rows) if spec is not None else None
+            start = time.perf_counter()
+            if spec is not None and drafts is not None:
+                emitted = spec.verify(self.rows, drafts, self._params())
+                width = 1 + max(len(d) for d in drafts)  # tokens per row in the forward, padding included
+            else:
+                emitted, width = self._plain_decode(), 1
+            seconds = time.perf_counter() - start
         except Exception as exc:  # a failed batched forward cannot be pinned on one row
             log.exception("decode step failed")
             self.abort_all(f"decode step failed: {type(exc).__name__}: {exc}")
             return
+        if spec is not None:
+            spec.cost.time.observe(b * width, seconds)
         for s in self.rows:
             s.decode_passes += 1
         self.decode_steps += 1
         self.peak_batch = max(self.peak_batch, b)
-        self._finish_step(0, tokens.tolist(), logprobs.tolist())
+        self.counters.add(target_forwards=1)
+        self._finish_step(0, emitted)
 
-    def _finish_step(self, row_start: int, tokens: list[int], logprobs: list[float]) -> None:
-        """Append each row's new token, free the rows of finished sequences, then deliver them."""
+    def _plain_decode(self) -> list[Emitted]:
+        """One token per row: the classic decode forward."""
+        device = self.model.device
+        b = len(self.rows)
+        start = time.perf_counter()
+        lengths = [s.cached + 1 for s in self.rows]  # the new token included
+        length = max(lengths)
+        self.cache.reserve(b, length)
+        ids = torch.tensor([[s.tokens[-1]] for s in self.rows], dtype=torch.long, device=device)
+        lengths_t = torch.tensor(lengths, dtype=torch.long, device=device)
+        positions = (lengths_t - 1)[:, None]  # (B, 1)
+        bias = decode_bias(lengths_t, length, self.model.dtype)  # (B, 1, 1, L)
+        logits = self.model.forward(ids, positions, self.cache, 0, positions, bias)[:, 0]  # (B, V)
+        rows = self._params()
+        tokens, logprobs, _ = sample(logits, rows, self._uniforms(self.rows, rows))
+        sync(device)
+        out = [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
+        self.counters.add_time(forward=time.perf_counter() - start)
+        return out
+
+    def _finish_step(self, row_start: int, emitted: Sequence[Emitted]) -> None:
+        """Commit each row's tokens (up to a stop), free finished rows, then deliver them."""
         done: list[int] = []
-        results: list[tuple[SequenceState, FinishReason, int | str | None, str | None]] = []
-        for i, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
-            seq = self.rows[row_start + i]
+        results: list[_Result] = []
+        committed = 0
+        for i, em in enumerate(emitted):
+            row = row_start + i
+            seq = self.rows[row]
+            start, prefix = len(seq.tokens), seq.cached
+            finished = self._commit(seq, em, results)
+            new = seq.tokens[start:]
+            committed += len(new)
+            if self.speculator is not None:
+                self.speculator.report(seq, new)
+            if finished:
+                done.append(row)
+            elif em.kept is not None:
+                # The row goes on: keep the root and the accepted nodes, contiguous (the last
+                # emitted token is not in the cache yet, as after a plain decode step).
+                self.cache.keep(row, prefix, em.kept)
+        self.counters.add(tokens=committed, row_steps=len(emitted))
+        # Free rows first, so a caller woken by its output already sees the row released.
+        self._remove_rows(done)
+        for seq, reason, stop, error in results:
+            self._deliver(seq, reason, stop=stop, error=error)
+
+    def _commit(self, seq: SequenceState, em: Emitted, results: list[_Result]) -> bool:
+        """Append ``em``'s tokens to ``seq`` one by one until one ends it; whether it ended."""
+        for token, logprob in zip(em.tokens, em.logprobs, strict=True):
             seq.tokens.append(token)
             seq.logprobs.append(logprob)
             try:
                 finished = self._check_stop(seq)
             except Exception as exc:
                 log.exception("stop check of request %r failed", seq.request.request_id)
-                finished = ("abort", None)
                 results.append((seq, "abort", None, f"stop check failed: {type(exc).__name__}: {exc}"))
-            else:
-                if finished is not None:
-                    results.append((seq, finished[0], finished[1], None))
+                return True
             if finished is not None:
-                done.append(row_start + i)
-        # Free rows first, so a caller woken by its output already sees the row released.
-        self._remove_rows(done)
-        for seq, reason, stop, error in results:
-            seq.output(reason, stop=stop, error=error)
+                results.append((seq, finished[0], finished[1], None))
+                return True
+        return False
 
     def _check_stop(self, seq: SequenceState) -> tuple[FinishReason, int | str | None] | None:
         params = seq.request.params
@@ -268,9 +310,7 @@ class Scheduler:
             for stop in params.stop_strings:
                 if stop in text:
                     return "stop", stop
-        if len(seq.tokens) >= params.max_new_tokens:
-            return "length", None
-        if len(seq.request.prompt_ids) + len(seq.tokens) >= seq.max_total:
+        if seq.tokens_left() <= 0:
             return "length", None
         return None
 

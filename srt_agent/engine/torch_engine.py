@@ -1,10 +1,14 @@
-"""``TorchEngine``: in-process batched generation with a KV cache and continuous batching.
+"""``TorchEngine``: in-process batched generation with a KV cache, continuous batching and speculation.
 
 One worker thread owns the model, the KV cache and the :class:`Scheduler`; callers hand it requests
 through a queue and wait on futures (``generate`` blocks on several, ``agenerate`` awaits one from
 any asyncio task). The worker blocks on the queue when it has nothing to do (no busy spin) and
 otherwise drains the queue between decode steps, so new requests join the running batch at the
 next step. Weight updates run on the worker too, between two steps, never inside a forward.
+
+With a draft source (the tree cache), decode steps verify draft trees exactly (see
+:mod:`srt_agent.engine.speculative` and :mod:`srt_agent.spec.verify`): outputs are distributed as
+without speculation, and a seeded request gets the same tokens either way.
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_conf
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
+from srt_agent.engine.speculative import Speculator
 from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.spec.config import SpecConfig
+from srt_agent.spec.draft import DraftSourceProtocol
+from srt_agent.spec.stats import SpecCounters, SpecStats
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +100,9 @@ class TorchEngine:
     temperature-1 distribution after top-k/top-p (see :mod:`srt_agent.engine.sampling`). A
     request's seed fixes its tokens whatever else shares the batch. ``forward_passes`` counts the
     forwards that produced the request's tokens (the prefill, which yields the first token, and
-    each decode step), so plain decoding reports ``len(token_ids)``. Call :meth:`close` (or use the
+    each decode step), so plain decoding reports ``len(token_ids)`` and speculation fewer.
+    Requests with ``priority="runahead"`` are admitted after live ones and give their rows to live
+    requests that would wait otherwise (finishing as ``preempted``). Call :meth:`close` (or use the
     engine as a context manager) to stop the worker thread.
 
     Args:
@@ -105,6 +115,11 @@ class TorchEngine:
         num_threads: If given, ``torch.set_num_threads`` (process-wide) for CPU kernels.
         seed: Seeds the engine's generator, which draws seeds for requests that set none.
         prefill_tokens: Padded-token budget of one batched prefill forward.
+        draft_source: Where drafts come from (the tree cache); it also receives every committed
+            token (``extend``) and every ended stream (``finish``), whether or not speculation is on.
+        spec: Speculation options; ``None`` means the defaults (enabled) when a draft source is
+            given. Without a draft source it is ignored. With the adaptive cost model (default),
+            construction times a few forwards of the model (its prior of forward cost).
 
     Raises:
         CheckpointError: The directory is missing, not a supported causal LM, or inconsistent.
@@ -122,6 +137,8 @@ class TorchEngine:
         num_threads: int | None = None,
         seed: int | None = None,
         prefill_tokens: int = 4096,
+        draft_source: DraftSourceProtocol | None = None,
+        spec: SpecConfig | None = None,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -140,14 +157,24 @@ class TorchEngine:
             max_positions=self._max_context,
         )
         c = self.config
+        self.spec = spec if spec is not None else SpecConfig()
+        # A verify forward writes up to max_draft_tokens positions past a row's last real one
+        # (padding of shorter trees included), so the cache has that much slack past the context.
+        slack = self.spec.max_draft_tokens if draft_source is not None and self.spec.enabled else 0
         cache = KVCache(
             c.num_layers,
             c.num_kv_heads,
             c.head_dim,
             max_batch_size,
-            self._max_context,
+            self._max_context + slack,
             dtype=dtype,
             device=device,
+        )
+        self._counters = SpecCounters()
+        speculator = (
+            Speculator(self.model, cache, draft_source, self.spec, self._counters)
+            if draft_source is not None
+            else None
         )
         self._scheduler = Scheduler(
             self.model,
@@ -155,6 +182,8 @@ class TorchEngine:
             max_batch=max_batch_size,
             tokenizer=self.tokenizer,
             prefill_tokens=prefill_tokens,
+            speculator=speculator,
+            counters=self._counters,
         )
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # guards _rng, _inflight, _closed, _thread
@@ -182,6 +211,17 @@ class TorchEngine:
             waiting=len(sch.waiting),
             in_flight=in_flight,
         )
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """A snapshot of the speculation metrics (tokens and forwards count without drafts too).
+
+        Args:
+            reset: Start counting afresh after the snapshot (per-batch numbers for benchmarks).
+
+        Returns:
+            The counters since the engine started or the last reset.
+        """
+        return self._counters.snapshot(reset=reset)
 
     # --- public API -------------------------------------------------------------------------------
 

@@ -14,9 +14,16 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length", "abort", "preempted"]
 """Why generation ended: a stop token or stop string (``stop``), ``max_new_tokens`` or the context
-limit (``length``), or the request was cancelled or failed (``abort``, see ``GenerationOutput.error``)."""
+limit (``length``), the request was cancelled or failed (``abort``, see ``GenerationOutput.error``), or
+a run-ahead request gave its row to a live one (``preempted``; its tokens so far are in the output and
+were reported to the draft source)."""
+
+Priority = Literal["live", "runahead"]
+"""Live requests feed trajectories; run-ahead requests only fill the draft source (the tree cache), are
+admitted after live ones and preempted when live ones need their rows. The values are those of
+:data:`srt_agent.spec.draft.StreamKind`, the kind the engine reports to the draft source."""
 
 
 class PromptTooLongError(ValueError):
@@ -80,6 +87,7 @@ class GenerationRequest:
         params: Sampling parameters.
         state_key: :func:`state_key` of ``prompt_ids`` (computed if not given).
         task_id: The env task this belongs to (lets the tree cache fall back to same-task drafts).
+        priority: ``live`` (the default) or ``runahead`` (see :data:`Priority`).
     """
 
     request_id: str
@@ -87,10 +95,13 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     state_key: str = ""
     task_id: str = ""
+    priority: Priority = "live"
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise ValueError(f"request {self.request_id!r}: prompt_ids is empty")
+        if self.priority not in ("live", "runahead"):
+            raise ValueError(f"request {self.request_id!r}: priority must be 'live' or 'runahead'")
         if not self.state_key:
             object.__setattr__(self, "state_key", state_key(self.prompt_ids))
 

@@ -115,14 +115,17 @@ def batches(
 ) -> Iterator[list[Example]]:
     """Endless batches: each epoch shuffles, batches one group's similar lengths, and shuffles batches.
 
+    A batch holds at most ``batch_tokens`` tokens (rows x longest row), except that an example longer
+    than that is a batch of its own: a small budget keeps the many short demos in many small steps
+    without dropping the few long ones (Retail episodes).
+
     Raises:
-        ValueError: No examples, or one longer than ``batch_tokens``.
+        ValueError: No examples, or ``batch_tokens`` < 1.
     """
     if not examples:
         raise ValueError("no training examples")
-    longest = max(len(e.token_ids) for e in examples)
-    if longest > batch_tokens:
-        raise ValueError(f"an example has {longest} tokens, more than batch_tokens={batch_tokens}")
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
     while True:
         order = rng.permutation(len(examples))
         # Sort within windows of the shuffled order: one group's similar lengths share a batch (little

@@ -1,0 +1,158 @@
+"""Run-config sections for what is trained and how it is rolled out: model, env, rollout, spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, model_validator
+
+from srt_agent.config.base import Section
+from srt_agent.paths import default_model_dir
+from srt_agent.spec import TreeCacheConfig
+from srt_agent.spec.config import SpecConfig
+
+if TYPE_CHECKING:  # the rollout package imports the chat format (transformers): keep config light
+    from srt_agent.rollout.config import RolloutConfig
+
+EVAL_SEED_END = 10_000_000
+"""Evaluation seeds stay below this (``srt_agent.evaluation.runner.EVAL_SEED_END``; from here up
+are the model builder's demonstration seeds)."""
+
+
+class ModelSection(Section):
+    """The policy's starting checkpoint (``model``)."""
+
+    dir: Path = Field(
+        default_factory=default_model_dir,
+        description="HF-format model directory (default $SRT_AGENT_MODEL or runs/embedded-model).",
+    )
+    build_if_missing: bool = Field(
+        default=True, description="Build the embedded model into `dir` first if it holds no model."
+    )
+
+
+class SeedRange(Section):
+    """Env seeds ``start, start + 1, ..., stop - 1`` (each seed is one task).
+
+    Subclasses set the defaults, so a partial override (``env.eval_seeds.stop=200``) keeps the
+    other bound.
+    """
+
+    start: int = Field(ge=0, description="First seed.")
+    stop: int = Field(ge=1, description="One past the last seed.")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> SeedRange:
+        if self.stop <= self.start:
+            raise ValueError(f"start ({self.start}) must be < stop ({self.stop})")
+        return self
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def overlaps(self, other: SeedRange) -> bool:
+        """Whether the two ranges share a seed."""
+        return self.start < other.stop and other.start < self.stop
+
+
+class TrainSeeds(SeedRange):
+    """Training tasks: by default above the eval seeds and below the SFT demonstrations."""
+
+    start: int = Field(default=1_000_000, ge=0, description="First seed.")
+    stop: int = Field(default=EVAL_SEED_END, ge=1, description="One past the last seed.")
+
+
+class EvalSeeds(SeedRange):
+    """Held-out evaluation tasks (the small seeds ``srt-agent eval`` uses)."""
+
+    start: int = Field(default=0, ge=0, description="First seed.")
+    stop: int = Field(default=1_000, ge=1, description="One past the last seed.")
+
+
+class EnvSection(Section):
+    """The environment trained on (``env``)."""
+
+    id: str = Field(default="srt/Calculator-v0", min_length=1, description="Registered env id.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Options for `make` (validated by the env's own config model)."
+    )
+    max_turns: int | None = Field(
+        default=None, ge=1, description="Cap on assistant turns per episode, on top of the env's own limit."
+    )
+    train_seeds: TrainSeeds = Field(
+        default_factory=TrainSeeds,
+        description="Tasks drawn for training. Default: above the eval seeds, below the SFT demonstrations.",
+    )
+    eval_seeds: EvalSeeds = Field(
+        default_factory=EvalSeeds,
+        description=f"Held-out evaluation tasks (below {EVAL_SEED_END:,}, disjoint from train_seeds).",
+    )
+
+
+class RolloutSection(Section):
+    """How each training step samples episodes (``rollout``).
+
+    A step rolls out ``prompts_per_step`` tasks ``n`` times each; the ``n`` samples of a task form
+    the group that GRPO-style estimators compare.
+    """
+
+    prompts_per_step: int = Field(default=8, ge=1, description="Tasks (prompts) per training step.")
+    n: int = Field(default=8, ge=1, le=1024, description="Samples per prompt (the group size).")
+    temperature: float = Field(
+        default=1.0, gt=0.0, le=10.0, description="Sampling temperature (> 0: training needs a distribution)."
+    )
+    top_p: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus threshold. Below 1 the trainer cannot reproduce the sampling distribution.",
+    )
+    max_new_tokens: int = Field(default=256, ge=1, description="Most tokens per assistant turn.")
+    max_concurrent: int = Field(default=64, ge=1, description="Episodes in flight at once.")
+
+    @property
+    def episodes_per_step(self) -> int:
+        """``prompts_per_step * n``."""
+        return self.prompts_per_step * self.n
+
+    def to_rollout_config(self, *, max_turns: int | None, seed: int | None) -> RolloutConfig:
+        """The rollout scheduler's options for these settings.
+
+        Args:
+            max_turns: ``env.max_turns``.
+            seed: Base of the sampling seeds (the trainer varies it per step).
+
+        Returns:
+            A :class:`srt_agent.rollout.config.RolloutConfig`.
+        """
+        from srt_agent.rollout.config import RolloutConfig
+
+        return RolloutConfig(
+            max_concurrent=self.max_concurrent,
+            max_turns=max_turns,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=seed,
+        )
+
+
+class SpecSection(SpecConfig):
+    """Speculative rollouts (``spec``): the engine's :class:`SpecConfig`, the tree cache, run-ahead.
+
+    Inherits every engine option (``enabled``, ``max_draft_tokens`` = the draft budget, ...) with
+    its default and validation, so the two cannot drift apart.
+    """
+
+    run_ahead: bool = Field(
+        default=True,
+        description="Fill idle batch rows (episodes waiting on tools) with work that only feeds the cache.",
+    )
+    cache: TreeCacheConfig = Field(
+        default_factory=TreeCacheConfig, description="The tree cache (`cache.byte_budget` bounds its memory)."
+    )
+
+    def engine_config(self) -> SpecConfig:
+        """The plain engine options (without ``run_ahead`` and ``cache``)."""
+        return SpecConfig(**self.model_dump(include=set(SpecConfig.model_fields)))

@@ -1,0 +1,292 @@
+"""Speculative decode steps: ask the draft source, verify every row's draft tree in one forward.
+
+The :class:`Speculator` is the scheduler's link to a draft source (the tree cache). Each decode step
+it asks the cost model (:mod:`srt_agent.spec.budget`) how many draft tokens each row should get,
+fetches the drafts, and, if any survive the cost model, runs ONE forward over all rows: per row the
+last committed token (the tree's root, not yet in the KV cache) followed by its draft nodes, with
+the tree attention mask and depth-based positions of :func:`~srt_agent.engine.kv_cache.tree_bias`.
+Target tokens are drawn at every tree position at once (:func:`~srt_agent.spec.verify.draw_targets`)
+and each row's tree is walked with the exact acceptance rule (:func:`~srt_agent.spec.verify.accept`).
+The scheduler commits the emitted tokens and compacts the KV cache to the accepted path.
+
+It also reports every committed token to the draft source (``extend``) and every ended sequence
+(``finish``), with speculation enabled or not, so the cache fills from in-flight sequences. A draft
+source that raises never fails a request: the error is logged and counted, the step goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from srt_agent.engine.kv_cache import KVCache, causal_bias, tree_bias
+from srt_agent.engine.llama import CausalLM
+from srt_agent.engine.sampling import RowParams
+from srt_agent.engine.sequence import SequenceState
+from srt_agent.spec.budget import CostModel
+from srt_agent.spec.config import SpecConfig
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftSourceProtocol, DraftTree
+from srt_agent.spec.stats import SpecCounters
+from srt_agent.spec.verify import accept, draw_targets
+
+log = logging.getLogger(__name__)
+
+_CALIBRATION_TOKENS = (1, 16, 64)  # forward sizes timed at startup (the cost model's prior)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """What one row commits after a decode step.
+
+    Attributes:
+        tokens: Emitted tokens (the accepted draft tokens, then one drawn from the target).
+        logprobs: Their logprobs under the processed target distribution.
+        kept: Cache offsets (relative to the row's length before the step) to keep if the sequence
+            goes on: the root and the accepted nodes. ``None``: the cache is already contiguous.
+    """
+
+    tokens: list[int]
+    logprobs: list[float]
+    kept: list[int] | None = None
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure it (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_forwards(model: CausalLM, sizes: Sequence[int], repeats: int = 3) -> list[tuple[int, float]]:
+    """Time forwards of ``n`` new tokens (one row, causal, full logits) on a scratch cache.
+
+    Args:
+        model: The model.
+        sizes: Token counts to time.
+        repeats: Timings per size; the fastest is kept (robust to a busy machine).
+
+    Returns:
+        ``(tokens, seconds)`` per size.
+    """
+    c = model.config
+    longest = max(sizes)
+    scratch = KVCache(
+        c.num_layers,
+        c.num_kv_heads,
+        c.head_dim,
+        1,
+        longest,
+        dtype=model.dtype,
+        device=model.device,
+        initial_positions=longest,
+    )
+    points = []
+    for n in sizes:
+        ids = torch.zeros((1, n), dtype=torch.long, device=model.device)
+        positions = torch.arange(n, device=model.device)[None]  # (1, n)
+        bias = causal_bias([0], n, n, model.dtype).to(model.device)
+        best = float("inf")
+        for _ in range(repeats):
+            sync(model.device)
+            start = time.perf_counter()
+            model.forward(ids, positions, scratch, 0, positions, bias)
+            sync(model.device)
+            best = min(best, time.perf_counter() - start)
+        points.append((n, best))
+    return points
+
+
+class Speculator:
+    """Drafts, verification and draft-source reporting for the scheduler.
+
+    Args:
+        model: The target model.
+        cache: The scheduler's KV cache (rows ``0 .. B-1`` are the running sequences).
+        source: The draft source.
+        config: Speculation options.
+        counters: Where metrics go.
+    """
+
+    def __init__(
+        self,
+        model: CausalLM,
+        cache: KVCache,
+        source: DraftSourceProtocol,
+        config: SpecConfig,
+        counters: SpecCounters,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.source = source
+        self.config = config
+        self.counters = counters
+        self.cost = CostModel(config)
+        if config.enabled and config.adaptive:
+            # Once, at construction (not inside a generation): the cost model's prior.
+            self.cost.time.set_prior(self._calibrate())
+
+    # --- draft-source reporting ---------------------------------------------------------------
+
+    def report(self, seq: SequenceState, tokens: Sequence[int]) -> None:
+        """Tell the draft source about tokens ``seq`` committed."""
+        request = seq.request
+        try:
+            self.source.extend(
+                request.request_id, request.state_key, request.task_id, tokens, request.priority
+            )
+        except Exception:
+            log.exception("draft source extend() failed for request %r", request.request_id)
+            self.counters.add(draft_errors=1)
+        seq.reported = True
+
+    def finish(self, seq: SequenceState) -> None:
+        """Tell the draft source that ``seq`` ended (if it ever reported tokens)."""
+        if not seq.reported:
+            return
+        seq.reported = False
+        try:
+            self.source.finish(seq.request.request_id)
+        except Exception:
+            log.exception("draft source finish() failed for request %r", seq.request.request_id)
+            self.counters.add(draft_errors=1)
+
+    # --- drafting -----------------------------------------------------------------------------
+
+    def drafts(self, rows: Sequence[SequenceState]) -> list[DraftTree] | None:
+        """The drafts to verify this step, or ``None`` to decode plainly.
+
+        Args:
+            rows: The running sequences, in row order.
+
+        Returns:
+            One draft per row (some possibly empty), trimmed by the cost model.
+        """
+        if not self.config.enabled:
+            return None
+        caps = [max(0, min(s.tokens_left() - 1, self.config.max_draft_tokens)) for s in rows]
+        budgets = self.cost.ask(caps)
+        if not any(budgets):
+            return None
+        start = time.perf_counter()
+        drafts = [self._draft(s, k) if k > 0 else EMPTY_DRAFT for s, k in zip(rows, budgets, strict=True)]
+        elapsed = time.perf_counter() - start
+        self.cost.observe_lookup(elapsed / sum(1 for k in budgets if k > 0))
+        chosen = self.cost.choose(drafts)
+        self.counters.add_time(draft=elapsed)
+        self.counters.add(empty_drafts=sum(1 for k, d in zip(budgets, chosen, strict=True) if k and not d))
+        if not any(chosen):
+            return None
+        if self.cost.probing:
+            self.counters.add(probes=1)
+        return chosen
+
+    def _draft(self, seq: SequenceState, budget: int) -> DraftTree:
+        request = seq.request
+        try:
+            draft = self.source.draft(
+                request.state_key, request.task_id, request.prompt_ids, seq.tokens, budget
+            )
+        except Exception:
+            log.exception("draft source draft() failed for request %r", request.request_id)
+            self.counters.add(draft_errors=1)
+            return EMPTY_DRAFT
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in draft.token_ids):  # would fail the whole batch's forward
+            log.error("draft source returned token ids outside [0, %d) for %r", vocab, request.request_id)
+            self.counters.add(draft_errors=1)
+            return EMPTY_DRAFT
+        if len(draft) > budget:  # a prefix of a topological order is a valid subtree
+            log.warning("draft source returned %d nodes for a budget of %d; truncating", len(draft), budget)
+            draft = DraftTree(
+                draft.token_ids[:budget],
+                draft.parents[:budget],
+                draft.probs[:budget],
+                draft.source,
+                draft.runahead[:budget],
+            )
+        return draft
+
+    @torch.inference_mode()
+    def _calibrate(self) -> list[tuple[int, float]]:
+        sizes = sorted({min(n, self.config.max_batch_tokens) for n in _CALIBRATION_TOKENS})
+        points = time_forwards(self.model, sizes)
+        log.info("speculation cost model prior (tokens, seconds): %s", points)
+        return points
+
+    # --- verification -------------------------------------------------------------------------
+
+    def verify(
+        self, rows: Sequence[SequenceState], drafts: Sequence[DraftTree], params: RowParams
+    ) -> list[Emitted]:
+        """Verify every row's draft in one forward and draw the tokens each row emits.
+
+        Consumes each sampled row's uniforms for the tokens it emits (one per token, as plain
+        decoding would). The KV cache holds the whole trees afterwards; the caller keeps
+        :attr:`Emitted.kept` of the rows that go on.
+
+        Args:
+            rows: The running sequences (cache rows ``0 .. B-1``).
+            drafts: One draft per row (may be empty).
+            params: The rows' sampling parameters.
+
+        Returns:
+            Per row, what it emits.
+        """
+        device = self.model.device
+        start = time.perf_counter()
+        width = 1 + max(len(d) for d in drafts)
+        prefix = [s.cached for s in rows]
+        length = max(prefix) + width
+        self.cache.reserve(len(rows), length)
+        # Tree position 0 is the root (the last committed token); draft node j is position j + 1.
+        parents = [[-1] + [p + 1 if p >= 0 else 0 for p in d.parents] for d in drafts]
+        ids = torch.tensor(
+            [
+                [s.tokens[-1], *d.token_ids] + [0] * (width - 1 - len(d))
+                for s, d in zip(rows, drafts, strict=True)
+            ],
+            dtype=torch.long,
+        )
+        bias, positions = tree_bias(prefix, parents, length, self.model.dtype)  # (B, 1, T, L), (B, T)
+        write = torch.tensor(prefix, dtype=torch.long)[:, None] + torch.arange(width)[None, :]  # (B, T)
+        positions_d = positions.to(device)
+        logits = self.model.forward(
+            ids.to(device), positions_d, self.cache, 0, write.to(device), bias.to(device)
+        )  # (B, T, V)
+        sync(device)
+        forwarded = time.perf_counter()
+        uniforms = None
+        if not params.all_greedy:
+            # A position at depth d draws with the request's d-th next uniform: the d-th token this
+            # step emits uses the uniform plain decoding would have used for it.
+            table = torch.tensor(
+                [s.peek_uniforms(width) if s.request.params.temperature > 0 else [0.0] * width for s in rows],
+                dtype=torch.float32,
+            )  # (B, T) by depth
+            depth = (positions - torch.tensor(prefix)[:, None]).clamp(max=width - 1)  # (B, T)
+            uniforms = table.gather(1, depth).to(device)
+        targets, token_logprobs = draw_targets(logits, params, uniforms)
+        target_rows, logprob_rows = targets.tolist(), token_logprobs.tolist()
+        emitted: list[Emitted] = []
+        accepted: list[tuple[int, ...]] = []
+        for seq, draft, tgt, lps in zip(rows, drafts, target_rows, logprob_rows, strict=True):
+            verdict = accept(draft.token_ids, draft.parents, tgt[: len(draft) + 1])
+            if seq.request.params.temperature > 0:
+                seq.skip_uniforms(len(verdict.tokens))
+            kept = [0, *(j + 1 for j in verdict.accepted)]
+            emitted.append(
+                Emitted(
+                    list(verdict.tokens), [lps[p] for p in verdict.positions], kept if len(kept) > 1 else None
+                )
+            )
+            accepted.append(verdict.accepted)
+            if draft:
+                runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])
+                self.counters.add_verified(draft.source, len(draft), len(verdict.accepted), runahead)
+        self.cost.observe_verify(drafts, accepted)
+        self.counters.add(verify_forwards=1)
+        self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
+        return emitted

@@ -1,0 +1,77 @@
+"""From a causal LM's logits to token-aligned logprobs and entropies.
+
+A causal LM's logits at position ``t`` predict token ``t + 1``. The learner's tensors are
+*token-aligned* instead (see :mod:`srt_agent.learn.advantages`): position ``t`` describes token
+``t``, like ``Trajectory.logprobs``. The functions here do that shift once, so no caller has an
+off-by-one to get wrong; position 0 (no distribution produced the first token) is 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _check(logits: Tensor, temperature: float) -> None:
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be (B, T, V), got shape {tuple(logits.shape)}")
+    if temperature <= 0:
+        raise ValueError(
+            f"temperature must be > 0 (greedy rollouts have no logprobs to train on), got {temperature}"
+        )
+
+
+def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """``log p(token_t | tokens_<t)`` of every token, token-aligned.
+
+    The engine records logprobs of its *sampling* distribution (logits divided by the
+    temperature), so compute them here with the same ``temperature`` or the PPO ratio will not be 1
+    on the first update. (Top-p / top-k truncation is not reproduced: with those on, ratios of
+    tokens near the cut are biased; keep them off for training.)
+
+    Args:
+        logits: ``(B, T, V)`` the model's output for the whole sequences (float32 or lower; the
+            softmax runs in float32).
+        token_ids: ``(B, T)`` the sequences.
+        temperature: Sampling temperature of the rollout.
+
+    Returns:
+        ``(B, T)`` float32, position 0 is 0.
+
+    Raises:
+        ValueError: Bad shapes or temperature.
+    """
+    _check(logits, temperature)
+    if token_ids.shape != logits.shape[:2]:
+        raise ValueError(
+            f"token_ids {tuple(token_ids.shape)} must be logits' (B, T) {tuple(logits.shape[:2])}"
+        )
+    scaled = logits[:, :-1].float() / temperature  # (B, T-1, V) predicts tokens 1..T-1
+    picked = scaled.gather(-1, token_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    logp = picked - torch.logsumexp(scaled, dim=-1)
+    return F.pad(logp, (1, 0))
+
+
+def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Entropy of the distribution each token was sampled from, token-aligned.
+
+    ``H_t = logsumexp(z) - sum softmax(z) * z`` with ``z`` the logits at ``t - 1`` (divided by the
+    temperature). Take :func:`srt_agent.learn.masked.masked_mean` over the generated-token mask for
+    the policy's entropy (logging, or an entropy bonus).
+
+    Args:
+        logits: ``(B, T, V)``.
+        temperature: Sampling temperature of the rollout.
+
+    Returns:
+        ``(B, T)`` float32, position 0 is 0.
+
+    Raises:
+        ValueError: Bad shape or temperature.
+    """
+    _check(logits, temperature)
+    scaled = logits[:, :-1].float() / temperature  # (B, T-1, V)
+    probs = torch.softmax(scaled, dim=-1)
+    entropy = torch.logsumexp(scaled, dim=-1) - (probs * scaled).sum(dim=-1)
+    return F.pad(entropy, (1, 0))

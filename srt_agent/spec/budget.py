@@ -1,0 +1,375 @@
+"""The cost model of speculation: how many draft tokens are worth verifying in a decode step.
+
+Verifying drafts costs forward time (every row of a verify forward is padded to the widest tree:
+``batch * width`` tokens) and pays in emitted tokens (one per row plus the accepted draft tokens).
+Each step the model maximises expected emitted tokens per second over the verify width ``w``:
+
+``score(w) = (batch + expected accepted nodes among each row's best w - 1) / time(batch * w)``
+
+* **Forward time** ``time(n) = a + b * n`` for a forward over ``n`` tokens (:class:`ForwardTime`):
+  a prior from timing the model once at startup, refined by a least-squares fit over the recent
+  real forwards, so it follows the machine (CPU forwards grow with tokens; GPU ones barely do).
+* **Expected acceptance** of a node (:class:`Acceptance`): the draft's own estimate ``q`` (its
+  path probability) times a calibration factor per draft source and depth, measured as
+  accepted / expected over recent verify steps, capped at 1 and at the parent's value (a node is
+  accepted only after its parent). Drafts that never match (random tokens, a stale cache) drive
+  the factor to ~0, and then no draft pays: the step decodes plainly and the draft source is not
+  even asked (:meth:`CostModel.ask`).
+* **Probes**: after ``probe_interval`` steps without drafts, one step verifies a small draft anyway,
+  sized so probes cost at most ``probe_overhead`` of decode time; otherwise a draft source that
+  starts to pay (the cache fills up) would never be noticed. Each probe that finds nothing doubles
+  the interval (up to 16x); an accepted node resets it.
+
+Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
+bookkeeping per step; this keeps speculation within a few percent of plain decoding. What the
+model does not capture: forward time is taken as linear in the padded token count (attention's
+growth with context length is only followed through the running fit), and acceptance is assumed
+independent of the batch's other rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from srt_agent.spec.config import SpecConfig
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree
+
+_TIME_DECAY = 0.98  # per observed forward: the time fit follows the last ~50 forwards
+_PRIOR_STRENGTH = 0.1  # the prior slope weighs like a tenth of a forward at the prior's spread of sizes
+_ACCEPT_DECAY = 0.95  # per verify step: acceptance is measured over roughly the last 20 verify steps
+# Before any measurement a cell trusts the draft's probabilities (factor 1) with the weight of a
+# tenth of a node: one rejected node already outweighs it, so useless drafts are dropped within a
+# step or two, while sources and depths never verified yet stay optimistic (they get tried).
+_PRIOR_NODES = 0.1
+
+
+class ForwardTime:
+    """Forward time as ``a + b * tokens``: least squares over recent forwards, anchored by a prior.
+
+    Observations decay (the fit follows the machine). The prior (the startup timing) only pulls
+    the slope: ``b`` minimises the squared error plus ``lam * (b - b_prior) ** 2``, with ``lam`` worth
+    a tenth of a forward at the prior's spread of sizes. So when every recent forward has the same
+    size (no verify steps lately) the slope is the prior's and the intercept the observed one, and
+    as soon as forwards of several sizes are seen, they decide.
+    """
+
+    def __init__(self) -> None:
+        self._prior: tuple[float, float, float] | None = None  # (a, b, lam)
+        self._obs = [0.0] * 5  # decayed sums of w, w*n, w*n^2, w*t, w*n*t
+        self._coef: tuple[float, float] | None = None
+
+    def set_prior(self, points: Sequence[tuple[int, float]]) -> None:
+        """Set the prior from ``(tokens, seconds)`` timings of forwards (e.g. measured at startup)."""
+        ns = [float(n) for n, _ in points]
+        ts = [float(t) for _, t in points]
+        a, b = _line(
+            len(ns), sum(ns), sum(n * n for n in ns), sum(ts), sum(n * t for n, t in zip(ns, ts, strict=True))
+        )
+        spread = max(ns) - min(ns) if ns else 0.0
+        self._prior = (a, b, _PRIOR_STRENGTH * spread * spread)
+        self._coef = None
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether a prior has been set."""
+        return self._prior is not None
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Add a measured forward of ``tokens`` tokens (padding included)."""
+        n = float(tokens)
+        s = self._obs
+        for i, value in enumerate((1.0, n, n * n, seconds, n * seconds)):
+            s[i] = _TIME_DECAY * s[i] + value
+        self._coef = None
+
+    def coefficients(self) -> tuple[float, float]:
+        """``(a, b)``: seconds per forward and per token (both >= 0)."""
+        if self._coef is None:
+            a0, b0, lam = self._prior if self._prior is not None else (1.0, 0.0, 0.0)
+            w, sn, snn, st, snt = self._obs
+            if w < 1e-9:
+                a, b = a0, b0
+            else:
+                var = snn - sn * sn / w
+                cov = snt - sn * st / w
+                b = (cov + lam * b0) / (var + lam) if var + lam > 1e-12 else b0
+                b = max(b, 0.0)  # noise can tilt the fit; more tokens never make a forward faster
+                a = (st - b * sn) / w
+            self._coef = (max(a, 0.0), max(b, 0.0))
+        return self._coef
+
+    def predict(self, tokens: int) -> float:
+        """Predicted seconds of a forward over ``tokens`` tokens."""
+        a, b = self.coefficients()
+        return a + b * tokens
+
+
+def _line(w: float, sn: float, snn: float, st: float, snt: float) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``t = a + b * n`` from sums (``b = 0`` without spread)."""
+    if w <= 0:
+        return 1.0, 0.0
+    var = snn - sn * sn / w
+    b = (snt - sn * st / w) / var if var > 1e-12 else 0.0
+    return (st - b * sn) / w, b
+
+
+@dataclass
+class _Cell:
+    nodes: float = 0.0  # decayed count of verified nodes
+    mass: float = 0.0  # decayed sum of their draft probabilities q
+    accepted: float = 0.0  # decayed count of accepted ones
+
+    def rate(self) -> float:
+        # accepted / expected, with a prior of _PRIOR_NODES nodes at factor 1 and this cell's mean q.
+        mean_q = self.mass / self.nodes if self.nodes > 0 else 1.0
+        prior_mass = _PRIOR_NODES * mean_q
+        return (self.accepted + prior_mass) / (self.mass + prior_mass)
+
+
+@dataclass
+class Acceptance:
+    """Calibration of draft probabilities: expected acceptance of a node is ``min(1, rate * q)``.
+
+    One cell per (draft source, depth); all cells forget at each verify step.
+    """
+
+    cells: dict[tuple[str, int], _Cell] = field(default_factory=dict)
+
+    def rate(self, source: str, depth: int) -> float:
+        """Calibration factor of nodes at ``depth`` (1 = child of the root) from ``source``."""
+        cell = self.cells.get((source, depth))
+        return cell.rate() if cell is not None else 1.0
+
+    def best_rate(self, depth: int) -> float:
+        """The most optimistic factor at ``depth`` over the sources seen so far (1 before any)."""
+        rates = [c.rate() for (_, d), c in self.cells.items() if d == depth]
+        seen = {s for s, _ in self.cells}
+        if not seen:
+            return 1.0
+        # A depth never verified for a seen source keeps the prior (it is unexplored).
+        return max(rates) if len(rates) == len(seen) else 1.0
+
+    def observe(self, observations: Sequence[tuple[str, int, float, bool]]) -> None:
+        """Forget a little, then add one verify step's nodes as ``(source, depth, q, accepted)``."""
+        for cell in self.cells.values():
+            cell.nodes *= _ACCEPT_DECAY
+            cell.mass *= _ACCEPT_DECAY
+            cell.accepted *= _ACCEPT_DECAY
+        for source, depth, q, accepted in observations:
+            cell = self.cells.setdefault((source, depth), _Cell())
+            cell.nodes += 1.0
+            cell.mass += q
+            cell.accepted += float(accepted)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A draft's nodes in the order they are worth verifying, each with its expected acceptance.
+
+    Attributes:
+        order: Node indices, ancestors before descendants (any prefix is a valid subtree).
+        values: Expected acceptance of each node in ``order``.
+    """
+
+    order: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+def subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree:
+    """The draft restricted to ``nodes`` (closed under ancestors), re-indexed in tree order.
+
+    Args:
+        draft: A draft tree.
+        nodes: Node indices to keep; every kept node's parent must be kept too.
+
+    Returns:
+        The smaller tree (``draft`` itself when all nodes are kept).
+
+    Raises:
+        ValueError: A kept node's parent is not kept.
+    """
+    if len(nodes) == len(draft):
+        return draft
+    if not nodes:
+        return EMPTY_DRAFT
+    kept = sorted(nodes)
+    index = {j: i for i, j in enumerate(kept)}
+    parents = []
+    for j in kept:
+        parent = draft.parents[j]
+        if parent >= 0 and parent not in index:
+            raise ValueError(f"node {j} is kept but its parent {parent} is not")
+        parents.append(index[parent] if parent >= 0 else -1)
+    return DraftTree(
+        token_ids=tuple(draft.token_ids[j] for j in kept),
+        parents=tuple(parents),
+        probs=tuple(draft.probs[j] for j in kept),
+        source=draft.source,
+        runahead=tuple(draft.runahead[j] for j in kept) if draft.runahead else (),
+    )
+
+
+class CostModel:
+    """Chooses draft budgets per decode step (see the module docstring).
+
+    Args:
+        config: Limits and knobs.
+    """
+
+    def __init__(self, config: SpecConfig) -> None:
+        self.config = config
+        self.time = ForwardTime()
+        self.acceptance = Acceptance()
+        self.lookup_seconds = 0.0  # running mean of one draft lookup (per row)
+        self.probing = False  # the current step is a probe
+        self._probe = 0  # draft tokens the current probe verifies
+        self._idle_steps = 0  # decode steps since the last verified draft
+        self._interval = config.probe_interval  # doubles while probes find nothing
+        self._widths: dict[int, int] = {}  # batch -> cached optimistic width of ask()
+        self._widths_age = 0
+
+    def max_width(self, batch: int) -> int:
+        """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows."""
+        return max(1, min(1 + self.config.max_draft_tokens, self.config.max_batch_tokens // max(batch, 1)))
+
+    def ask(self, caps: Sequence[int]) -> list[int]:
+        """How many draft tokens to ask the draft source for, per row (0: do not ask).
+
+        Asks only if drafts could pay at all (:meth:`_optimistic_width`) or to probe.
+
+        Args:
+            caps: Per row, the most draft tokens that can be used (tokens left minus one).
+
+        Returns:
+            Per-row budgets.
+        """
+        batch = len(caps)
+        width = self.max_width(batch)
+        self.probing = False
+        if width < 2 or not any(caps):
+            return [0] * batch
+        if not self.config.adaptive:
+            return [min(c, width - 1) for c in caps]
+        budget = self._optimistic_width(batch, width) - 1
+        if self._idle_steps >= self._interval:
+            self.probing = True
+            self._probe = self._probe_size(batch, width)
+            budget = max(budget, self._probe)
+        if budget == 0:
+            self._idle_steps += 1
+        return [min(c, budget) for c in caps]
+
+    def _optimistic_width(self, batch: int, width: int) -> int:
+        """Best width if every row had a chain of nodes its source is sure of (``q = 1``).
+
+        A node at depth ``d`` is then accepted with the best calibrated rate seen at that depth,
+        capped by the value at ``d - 1`` (a node is only accepted after its parent). Lookup cost
+        counts. Cached per batch size until the next verify step (or 16 steps: the time fit drifts).
+        """
+        self._widths_age += 1
+        if self._widths_age > 16:
+            self._widths.clear()
+            self._widths_age = 0
+        cached = self._widths.get(batch)
+        if cached is not None:
+            return min(cached, width)
+        best_width, best = 1, batch / self.time.predict(batch)
+        value, expected = 1.0, float(batch)
+        for w in range(2, width + 1):
+            value = min(value, self.acceptance.best_rate(w - 1))
+            expected += batch * value
+            score = expected / (self.time.predict(batch * w) + self.lookup_seconds * batch)
+            if score > best * (1 + 1e-9):
+                best_width, best = w, score
+        self._widths[batch] = best_width
+        return best_width
+
+    def _probe_size(self, batch: int, width: int) -> int:
+        """Largest probe whose extra forward time stays within the probe overhead budget (>= 1)."""
+        allowed = self.config.probe_overhead * self.config.probe_interval * self.time.predict(batch)
+        _, per_token = self.time.coefficients()
+        return max(1, min(width - 1, math.floor(allowed / (per_token * batch + 1e-12))))
+
+    def rank(self, draft: DraftTree) -> Ranked:
+        """Order a draft's nodes by worth (draft probability), each with its expected acceptance.
+
+        A node's probability is capped by its ancestors' (a path probability cannot grow), so
+        sorting by it, then depth, keeps every ancestor before its descendants. Its expected
+        acceptance is the calibrated probability, capped by its parent's (accepted only after it).
+        """
+        q, depth = _node_stats(draft)
+        values: list[float] = []
+        for j, parent in enumerate(draft.parents):
+            v = min(1.0, self.acceptance.rate(draft.source, depth[j]) * q[j])
+            values.append(min(v, values[parent]) if parent >= 0 else v)
+        order = sorted(range(len(draft)), key=lambda j: (-q[j], depth[j], j))
+        return Ranked(tuple(order), tuple(values[j] for j in order))
+
+    def choose(self, drafts: Sequence[DraftTree]) -> list[DraftTree]:
+        """Trim the drafts to the nodes worth verifying this step (one common width).
+
+        Args:
+            drafts: Per row, the draft the source returned (within the asked budget).
+
+        Returns:
+            Per row, the draft to verify (possibly empty); all empty means decode plainly.
+        """
+        batch = len(drafts)
+        width = min(self.max_width(batch), 1 + max((len(d) for d in drafts), default=0))
+        if width < 2:
+            chosen = [EMPTY_DRAFT] * batch
+        elif not self.config.adaptive:  # the drafts are within the asked budgets: verify them whole
+            chosen = list(drafts)
+        else:
+            ranked = [self.rank(d) for d in drafts]
+            best_width, best = 1, batch / self.time.predict(batch)
+            expected = float(batch)
+            for w in range(2, width + 1):
+                expected += sum(r.values[w - 2] for r in ranked if len(r.values) >= w - 1)
+                score = expected / self.time.predict(batch * w)
+                if score > best * (1 + 1e-9):
+                    best_width, best = w, score
+            if self.probing:  # verify at least the probe: it exists to measure what does not pay yet
+                best_width = max(best_width, min(width, 1 + self._probe))
+            chosen = [subtree(d, r.order[: best_width - 1]) for d, r in zip(drafts, ranked, strict=True)]
+        self._idle_steps = 0 if any(chosen) else self._idle_steps + 1
+        return chosen
+
+    def observe_lookup(self, seconds_per_row: float) -> None:
+        """Add a measured draft lookup time (seconds per asked row)."""
+        self.lookup_seconds = 0.9 * self.lookup_seconds + 0.1 * seconds_per_row
+
+    def observe_verify(self, drafts: Sequence[DraftTree], accepted: Sequence[Sequence[int]]) -> None:
+        """Update the acceptance calibration with one verify step.
+
+        A probe that found nothing doubles the interval to the next one (up to 16 times the
+        configured one), so drafts that never pay cost less and less; any accepted node resets it.
+
+        Args:
+            drafts: The verified drafts (as returned by :meth:`choose`).
+            accepted: Per row, the accepted node indices.
+        """
+        observations: list[tuple[str, int, float, bool]] = []
+        for draft, path in zip(drafts, accepted, strict=True):
+            taken = set(path)
+            q, depth = _node_stats(draft)
+            observations += [(draft.source, depth[j], q[j], j in taken) for j in range(len(draft))]
+        self.acceptance.observe(observations)
+        self._widths.clear()
+        if any(accepted):
+            self._interval = self.config.probe_interval
+        elif self.probing:
+            self._interval = min(2 * self._interval, 16 * self.config.probe_interval)
+
+
+def _node_stats(draft: DraftTree) -> tuple[list[float], list[int]]:
+    """Per node: its probability capped by its ancestors' (clipped to [0, 1]), and its depth."""
+    q: list[float] = []
+    depth: list[int] = []
+    for p, parent in zip(draft.probs, draft.parents, strict=True):
+        value = max(0.0, min(1.0, p))
+        q.append(min(value, q[parent]) if parent >= 0 else value)
+        depth.append(depth[parent] + 1 if parent >= 0 else 1)
+    return q, depth

@@ -1,0 +1,103 @@
+"""The tree cache's data types: its options, its stats snapshot and its integrity error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from srt_agent.spec.draft import DraftSource
+
+
+class TreeCacheConfig(BaseModel):
+    """Options of the tree cache (``spec.cache`` in a run config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    byte_budget: int = Field(
+        default=256 * 2**20,
+        ge=0,
+        description="Estimated bytes the cache may hold; over it, least recently used states are evicted.",
+    )
+    window: int = Field(
+        default=3,
+        ge=1,
+        le=16,
+        description="Fallback drafts need the last `window` tokens to match (fewer at a sequence's start).",
+    )
+    max_match: int = Field(
+        default=16, ge=1, le=64, description="Longest suffix compared when ranking fallback matches."
+    )
+    scan_limit: int = Field(
+        default=16, ge=1, description="Newest index entries examined per fallback lookup (bounds its cost)."
+    )
+    max_candidates: int = Field(
+        default=8, ge=1, description="Matched places merged into one fallback draft (the newest win)."
+    )
+
+    @model_validator(mode="after")
+    def _match_covers_window(self) -> TreeCacheConfig:
+        if self.max_match < self.window:
+            raise ValueError(f"max_match ({self.max_match}) must be >= window ({self.window})")
+        return self
+
+
+@dataclass(frozen=True)
+class TreeCacheStats:
+    """A snapshot of the cache's counters and size.
+
+    Attributes:
+        drafts_exact: Drafts served from the exact state's tree.
+        drafts_task: Drafts served by suffix matching within the task.
+        drafts_global: Drafts served by suffix matching over all tasks.
+        drafts_none: Draft calls that returned nothing.
+        nodes_served: Draft nodes returned.
+        runahead_nodes_served: Of those, nodes whose counts came only from run-ahead streams.
+        tokens_added: Tokens added (extensions and insertions), before evictions.
+        evictions: States evicted.
+        states: States held.
+        nodes: Tree nodes held (roots included).
+        streams: Streams in flight.
+        bytes: Estimated bytes held.
+        byte_budget: The budget ``bytes`` is kept under.
+    """
+
+    drafts_exact: int = 0
+    drafts_task: int = 0
+    drafts_global: int = 0
+    drafts_none: int = 0
+    nodes_served: int = 0
+    runahead_nodes_served: int = 0
+    tokens_added: int = 0
+    evictions: int = 0
+    states: int = 0
+    nodes: int = 0
+    streams: int = 0
+    bytes: int = 0
+    byte_budget: int = 0
+
+    @property
+    def drafts_by_source(self) -> dict[DraftSource, int]:
+        """Draft calls by :attr:`DraftTree.source`."""
+        return {
+            "exact": self.drafts_exact,
+            "task": self.drafts_task,
+            "global": self.drafts_global,
+            "none": self.drafts_none,
+        }
+
+
+COUNTERS = (
+    "drafts_exact",
+    "drafts_task",
+    "drafts_global",
+    "drafts_none",
+    "nodes_served",
+    "runahead_nodes_served",
+    "tokens_added",
+    "evictions",
+)
+
+
+class CacheIntegrityError(RuntimeError):
+    """The cache's structures disagree with each other (a bug); the message lists what."""

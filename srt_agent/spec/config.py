@@ -1,0 +1,46 @@
+"""Options of speculative decoding in the engine (the ``spec`` section of a run config)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SpecConfig(BaseModel):
+    """How :class:`~srt_agent.engine.torch_engine.TorchEngine` speculates with a draft source.
+
+    With ``adaptive`` (the default) the cost model in :mod:`srt_agent.spec.budget` decides, every
+    decode step, how many draft tokens to verify (possibly none); the limits below only cap it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=True,
+        description="Verify drafts. When off, a given draft source still receives every committed token "
+        "(the cache keeps filling) but is never asked for drafts.",
+    )
+    max_draft_tokens: int = Field(
+        default=8, ge=1, le=64, description="Most draft tokens (tree nodes) verified per sequence per step."
+    )
+    max_batch_tokens: int = Field(
+        default=1024,
+        ge=1,
+        description="Most tokens in one verify forward, padding included: batch * (1 + drafted per row).",
+    )
+    adaptive: bool = Field(
+        default=True,
+        description="Let the cost model choose the draft size from the batch size, measured acceptance and "
+        "measured forward cost. False always drafts max_draft_tokens (for tests and verifier benchmarks).",
+    )
+    probe_interval: int = Field(
+        default=16,
+        ge=1,
+        description="After this many decode steps without drafts, verify a small probe draft to re-measure "
+        "acceptance (drafts that start to pay are noticed).",
+    )
+    probe_overhead: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of decode time the probes may cost when drafts never pay; sizes each probe.",
+    )

@@ -1,0 +1,143 @@
+"""Speculation metrics of an engine: counters updated by its worker, read as resettable snapshots."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """A snapshot of the engine's speculation counters (since start or the last reset).
+
+    A *row step* is one sequence taking part in one forward (a prefill or decode/verify forward),
+    which is what :attr:`GenerationOutput.forward_passes` sums; tokens per row step is therefore
+    the speculation gain, 1.0 for plain decoding whatever the batch size.
+
+    Attributes:
+        target_forwards: Decode-phase forwards of the target model (plain decode and verify).
+        verify_forwards: Of those, forwards that verified at least one draft token.
+        prefill_forwards: Prefill forwards (each samples the first token of its sequences).
+        row_steps: Sequence-forwards, prefill rows included.
+        tokens: Tokens emitted (committed to outputs).
+        drafted_row_steps: Row steps that verified a non-empty draft.
+        nodes_drafted: Draft tokens verified.
+        nodes_accepted: Draft tokens accepted by the verification rule.
+        runahead_nodes_accepted: Accepted draft tokens whose counts came only from run-ahead work.
+        acceptance_histogram: Entry ``k``: drafted row steps that accepted ``k`` draft tokens.
+        drafts_by_source: Non-empty drafts verified, by :attr:`DraftTree.source`.
+        empty_drafts: Draft lookups that returned nothing to verify.
+        probes: Verify steps forced by the cost model to re-measure acceptance.
+        preempted: Run-ahead sequences that gave their row to live ones.
+        draft_errors: Draft-source calls that raised (logged; the step went on without).
+        draft_seconds: Time in draft lookups.
+        forward_seconds: Time in decode-phase forwards.
+        verify_seconds: Time drawing target tokens and walking the trees.
+    """
+
+    target_forwards: int = 0
+    verify_forwards: int = 0
+    prefill_forwards: int = 0
+    row_steps: int = 0
+    tokens: int = 0
+    drafted_row_steps: int = 0
+    nodes_drafted: int = 0
+    nodes_accepted: int = 0
+    runahead_nodes_accepted: int = 0
+    acceptance_histogram: tuple[int, ...] = ()
+    drafts_by_source: Mapping[str, int] = field(default_factory=dict)
+    empty_drafts: int = 0
+    probes: int = 0
+    preempted: int = 0
+    draft_errors: int = 0
+    draft_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens emitted per row step (1.0 without speculation)."""
+        return self.tokens / self.row_steps if self.row_steps else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted draft tokens per drafted row step (each such step emits this plus one)."""
+        return self.nodes_accepted / self.drafted_row_steps if self.drafted_row_steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Fraction of verified draft tokens that were accepted."""
+        return self.nodes_accepted / self.nodes_drafted if self.nodes_drafted else 0.0
+
+
+class SpecCounters:
+    """Mutable counters behind :class:`SpecStats` (updated by the worker, read from any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ints: Counter[str] = Counter()
+        self._seconds: Counter[str] = Counter()
+        self._histogram: list[int] = []
+        self._sources: Counter[str] = Counter()
+
+    def add(self, **counts: int) -> None:
+        """Add to integer counters (names of :class:`SpecStats` fields)."""
+        with self._lock:
+            self._ints.update(counts)
+
+    def add_time(self, *, draft: float = 0.0, forward: float = 0.0, verify: float = 0.0) -> None:
+        """Add seconds to the time split."""
+        with self._lock:
+            self._seconds.update({"draft": draft, "forward": forward, "verify": verify})
+
+    def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
+        """Record one row's verification of a non-empty draft."""
+        with self._lock:
+            self._ints.update(
+                drafted_row_steps=1,
+                nodes_drafted=drafted,
+                nodes_accepted=accepted,
+                runahead_nodes_accepted=runahead_accepted,
+            )
+            self._sources[source] += 1
+            if accepted >= len(self._histogram):
+                self._histogram.extend([0] * (accepted + 1 - len(self._histogram)))
+            self._histogram[accepted] += 1
+
+    def snapshot(self, reset: bool = False) -> SpecStats:
+        """The counters as a :class:`SpecStats`; with ``reset``, start counting afresh."""
+        with self._lock:
+            s = self._seconds
+            stats = SpecStats(
+                **{name: self._ints[name] for name in _INT_FIELDS},
+                acceptance_histogram=tuple(self._histogram),
+                drafts_by_source=dict(self._sources),
+                draft_seconds=s["draft"],
+                forward_seconds=s["forward"],
+                verify_seconds=s["verify"],
+            )
+            if reset:
+                self._ints.clear()
+                self._seconds.clear()
+                self._histogram = []
+                self._sources.clear()
+        return stats
+
+
+_INT_FIELDS = (
+    "target_forwards",
+    "verify_forwards",
+    "prefill_forwards",
+    "row_steps",
+    "tokens",
+    "drafted_row_steps",
+    "nodes_drafted",
+    "nodes_accepted",
+    "runahead_nodes_accepted",
+    "empty_drafts",
+    "probes",
+    "preempted",
+    "draft_errors",
+)

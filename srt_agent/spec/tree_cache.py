@@ -1,0 +1,486 @@
+"""The tree cache (SRT's draft source): continuations of earlier rollouts, per conversation state.
+
+Per state key (the hash of the exact token prefix a generation starts from) the cache keeps a
+prefix tree of every continuation generated from that state, with counts (:mod:`prefix_tree`).
+Sequences enter token by token while they are generated (:meth:`TreeCache.extend`, one cursor per
+stream, so the second sample of a GRPO group already drafts from the first), or whole
+(:meth:`TreeCache.insert`, :meth:`TreeCache.ingest_trace`).
+
+A draft for ``(state, generated)`` comes from, in order:
+
+1. ``exact``: the state's tree, at the node reached by walking ``generated`` from its root;
+2. ``task``: when the state is new, the walk falls off its tree, or nothing followed there, the
+   same task's trees matched on the suffix of the recent tokens (:mod:`suffix_index`);
+3. ``global``: the same suffix match over every task;
+4. ``none``: an empty draft.
+
+Memory is bounded by an estimated byte budget; over it, whole states are evicted, least recently
+used first (a draft from a state, an extension or an insertion counts as a use). Streams whose
+state is evicted stop feeding the cache until they finish.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srt_agent.spec.cache_io import CacheFileError, arrays_to_nodes, load_arrays, save_arrays, tree_to_arrays
+from srt_agent.spec.cache_types import COUNTERS, CacheIntegrityError, TreeCacheConfig, TreeCacheStats
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftSource, DraftTree, StreamKind
+from srt_agent.spec.prefix_tree import (
+    NODE_BYTES,
+    SENTINEL,
+    Node,
+    add_child,
+    child,
+    iter_nodes,
+    select_draft,
+    tree_bytes,
+)
+from srt_agent.spec.suffix_index import SuffixIndex, node_key
+
+__all__ = ["CacheIntegrityError", "TreeCache", "TreeCacheConfig", "TreeCacheStats"]
+
+STATE_BYTES = 480
+"""A state: its object, root node, key string, LRU entry and stream table."""
+STREAM_BYTES = 400
+"""An in-flight stream: its object, id, token list and table entries."""
+STREAM_TOKEN_BYTES = 9
+"""A stream's token list per token (a pointer, with the list's over-allocation)."""
+TASK_BYTES = 320
+"""A task's suffix index: its dict and table entry."""
+
+
+class _State:
+    __slots__ = ("bytes", "key", "nodes", "root", "streams", "task")
+
+    def __init__(self, key: str, task: str, root: Node) -> None:
+        self.key = key
+        self.task = task
+        self.root = root
+        self.nodes = 1
+        self.bytes = STATE_BYTES + NODE_BYTES  # the tree's nodes and child dicts; index bytes are apart
+        self.streams: dict[str, _Stream] = {}
+
+
+class _Stream:
+    __slots__ = ("id", "key", "live", "node", "state", "tokens")
+
+    def __init__(self, stream_id: str, key: str, state: _State, live: bool) -> None:
+        self.id = stream_id
+        self.key = key
+        self.state: _State | None = state  # None once the state was evicted (detached)
+        self.node: Node | None = state.root
+        self.live = live
+        self.tokens: list[int] = []
+
+
+class TreeCache:
+    """Draft source for speculative rollouts: implements :class:`~srt_agent.spec.DraftSourceProtocol`.
+
+    Thread-safe (one lock); the engine's worker calls :meth:`draft`, :meth:`extend` and
+    :meth:`finish`, a trainer may call :meth:`save` or :meth:`stats` from elsewhere.
+
+    Args:
+        config: Options; defaults to :class:`TreeCacheConfig` ().
+    """
+
+    def __init__(self, config: TreeCacheConfig | None = None) -> None:
+        self.config = config or TreeCacheConfig()
+        self._lock = threading.Lock()
+        self._states: OrderedDict[str, _State] = OrderedDict()  # LRU order: least recent first
+        self._streams: dict[str, _Stream] = {}
+        self._global = SuffixIndex()
+        self._tasks: dict[str, SuffixIndex] = {}
+        self._bytes = 0
+        self._nodes = 0
+        self._tick = 0
+        self._counts = dict.fromkeys(COUNTERS, 0)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, state_key: object) -> bool:
+        return state_key in self._states
+
+    # ------------------------------------------------------------------ the draft-source protocol
+    def draft(
+        self, state_key: str, task_id: str, prompt_ids: Sequence[int], generated: Sequence[int], budget: int
+    ) -> DraftTree:
+        """A draft of at most ``budget`` nodes continuing ``prompt_ids + generated``.
+
+        Args:
+            state_key: Hash of ``prompt_ids`` (:func:`srt_agent.engine.state_key`).
+            task_id: The env task (enables same-task fallback; ``""``: none).
+            prompt_ids: The prompt (not read: the key stands for it, and continuations are matched
+                on ``generated``, which starts at the prompt's end).
+            generated: Tokens committed since the prompt.
+            budget: Most draft nodes.
+
+        Returns:
+            Nodes chosen best-first by count-based path probability, distinct siblings.
+
+        Raises:
+            ValueError: ``budget`` is negative.
+        """
+        if budget < 0:
+            raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {budget}")
+        gen = generated if isinstance(generated, list) else list(generated)
+        with self._lock:
+            roots, source = self._draft_roots(state_key, task_id, gen) if budget else ([], "none")
+            if not roots:
+                self._counts["drafts_none"] += 1
+                return EMPTY_DRAFT
+            tokens, parents, probs, runahead = select_draft(roots, budget)
+            self._counts["drafts_" + source] += 1
+            self._counts["nodes_served"] += len(tokens)
+            self._counts["runahead_nodes_served"] += sum(runahead)
+        return DraftTree(tuple(tokens), tuple(parents), tuple(probs), source, tuple(runahead))
+
+    def extend(
+        self,
+        stream_id: str,
+        state_key: str,
+        task_id: str,
+        new_tokens: Sequence[int],
+        kind: StreamKind = "live",
+    ) -> None:
+        """Append ``new_tokens`` to stream ``stream_id``, a generation from state ``state_key``.
+
+        The first call starts the stream (and the state, if new). Cost: O(len(new_tokens)).
+
+        Raises:
+            ValueError: The stream exists with another state or kind, or a token id is negative.
+        """
+        if kind not in ("live", "runahead"):
+            raise ValueError(f"stream {stream_id!r}: kind must be 'live' or 'runahead', got {kind!r}")
+        if len(new_tokens) and min(new_tokens) < 0:
+            raise ValueError(f"stream {stream_id!r}: token ids must be >= 0, got {min(new_tokens)}")
+        with self._lock:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                stream = self._start_stream(stream_id, state_key, task_id, kind == "live")
+            elif stream.key != state_key or stream.live != (kind == "live"):
+                was = "live" if stream.live else "runahead"
+                raise ValueError(
+                    f"stream {stream_id!r} is a {was} stream from state {stream.key!r}, not a {kind} one "
+                    f"from {state_key!r}; use a new stream id per generation"
+                )
+            state, node = stream.state, stream.node
+            if state is None or node is None:  # detached: its state was evicted
+                return
+            self._states.move_to_end(state.key)
+            live = int(stream.live)
+            for t in new_tokens:
+                node.ends -= 1
+                kids = node.kids  # child() inlined (hot loop)
+                if type(kids) is Node:
+                    nxt = kids if kids.token == t else None
+                else:
+                    nxt = None if kids is None else kids.get(t)  # type: ignore[union-attr]
+                if nxt is None:
+                    nxt = self._grow(state, node, t)
+                nxt.count += 1
+                nxt.ends += 1
+                nxt.live += live
+                node = nxt
+            stream.node = node
+            stream.tokens.extend(new_tokens)
+            n = len(new_tokens)
+            self._counts["tokens_added"] += n
+            self._bytes += STREAM_TOKEN_BYTES * n
+            self._enforce_budget()
+
+    def finish(self, stream_id: str) -> None:
+        """The stream ended; forget its cursor (its tokens stay in the cache).
+
+        Raises:
+            ValueError: No such stream in flight (never extended, or already finished).
+        """
+        with self._lock:
+            stream = self._streams.pop(stream_id, None)
+            if stream is None:
+                raise ValueError(
+                    f"stream {stream_id!r} is not in flight (never extended, already finished, or "
+                    "started before the cache was loaded); call finish once per extended stream"
+                )
+            self._bytes -= STREAM_BYTES + STREAM_TOKEN_BYTES * len(stream.tokens)
+            if stream.state is not None:
+                del stream.state.streams[stream_id]
+
+    # ------------------------------------------------------------------ other inputs
+    def insert(self, state_key: str, task_id: str, tokens: Sequence[int], kind: StreamKind = "live") -> None:
+        """Add one finished continuation ``tokens`` generated from state ``state_key``.
+
+        Raises:
+            ValueError: A token id is negative, or ``kind`` is unknown.
+        """
+        if kind not in ("live", "runahead"):
+            raise ValueError(f"kind must be 'live' or 'runahead', got {kind!r}")
+        if len(tokens) and min(tokens) < 0:
+            raise ValueError(f"token ids must be >= 0, got {min(tokens)} (state {state_key!r})")
+        with self._lock:
+            state = self._state(state_key, task_id)
+            live = int(kind == "live")
+            node = state.root
+            node.count += 1
+            node.live += live
+            for t in tokens:
+                nxt = child(node, t)
+                if nxt is None:
+                    nxt = self._grow(state, node, t)
+                nxt.count += 1
+                nxt.live += live
+                node = nxt
+            node.ends += 1
+            self._counts["tokens_added"] += len(tokens)
+            self._enforce_budget()
+
+    def ingest_trace(self, path: str | Path) -> int:
+        """Insert every generated turn of an ``srt-trace/1`` JSONL file (docs/trace_schema.md).
+
+        Returns:
+            The number of turns inserted.
+
+        Raises:
+            srt_agent.rollout.TraceFormatError: A bad line (the message names file and line).
+        """
+        from srt_agent.rollout.trace import iter_trace  # the rollout package depends on this one
+
+        n = 0
+        for turn in iter_trace(path):
+            self.insert(turn.state_key, turn.task_id, turn.token_ids)
+            n += 1
+        return n
+
+    @classmethod
+    def from_trace(cls, path: str | Path, config: TreeCacheConfig | None = None) -> TreeCache:
+        """A cache warmed from an ``srt-trace/1`` file (see :meth:`ingest_trace`)."""
+        cache = cls(config)
+        cache.ingest_trace(path)
+        return cache
+
+    def evict(self, count: int = 1) -> list[str]:
+        """Evict the ``count`` least recently used states; returns their keys (oldest first)."""
+        if count < 0:
+            raise ValueError(f"evict count must be >= 0, got {count}")
+        with self._lock:
+            return [self._evict_lru() for _ in range(min(count, len(self._states)))]
+
+    def state_keys(self) -> list[str]:
+        """Keys of the states held, least recently used first."""
+        with self._lock:
+            return list(self._states)
+
+    def stats(self) -> TreeCacheStats:
+        """The counters and current size."""
+        with self._lock:
+            return TreeCacheStats(
+                **self._counts,
+                states=len(self._states),
+                nodes=self._nodes,
+                streams=len(self._streams),
+                bytes=self._bytes,
+                byte_budget=self.config.byte_budget,
+            )
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> None:
+        """Write the cache to ``path`` (``.npz``, format ``srt-tree-cache/1``; no pickle).
+
+        Streams in flight are saved as far as they got, as if they had finished there.
+        """
+        with self._lock:
+            trees = [tree_to_arrays(s.key, s.task, s.root) for s in self._states.values()]
+            meta: dict[str, Any] = {
+                "config": self.config.model_dump(),
+                "counters": dict(self._counts),
+                "next_tick": self._tick,
+            }
+        save_arrays(path, trees, meta)
+
+    @classmethod
+    def load(cls, path: str | Path, config: TreeCacheConfig | None = None) -> TreeCache:
+        """Read a cache written by :meth:`save` (and check its integrity).
+
+        Args:
+            path: The file.
+            config: Options to use instead of the saved ones (a smaller budget evicts on load).
+
+        Raises:
+            CacheFileError: Missing, unreadable, another format version, or inconsistent content.
+        """
+        trees, meta = load_arrays(path)
+        try:
+            cache = cls(config or TreeCacheConfig(**meta.get("config", {})))
+            counters = meta.get("counters", {})
+            cache._counts.update({k: int(counters.get(k, 0)) for k in COUNTERS})
+            cache._tick = int(meta.get("next_tick", 0))
+            every: list[tuple[int, Node, _State]] = []
+            for tree in trees:
+                if tree.state_key in cache._states:
+                    raise ValueError(f"state {tree.state_key!r} is saved twice")
+                nodes = arrays_to_nodes(tree)
+                state = cache._adopt(tree.state_key, tree.task_id, nodes[0])
+                every.extend((n.tick, n, state) for n in nodes)
+            every.sort(key=lambda e: e[0])  # index in creation order: newest last, as when built live
+            for _, node, state in every:
+                cache._index(state, node)
+            cache._tick = max(cache._tick, every[-1][0] + 1 if every else 0)
+            cache._enforce_budget()  # a smaller budget than the saved one
+            cache.check_integrity()
+        except (CacheIntegrityError, ValueError, TypeError, KeyError) as exc:
+            raise CacheFileError(f"{path}: inconsistent tree cache content: {exc}") from None
+        return cache
+
+    # ------------------------------------------------------------------ integrity
+    def check_integrity(self) -> None:
+        """Check every invariant; raise :class:`CacheIntegrityError` listing what is inconsistent.
+
+        Checked: per-node counts (``count == children's counts + ends``, live counts, parent links,
+        ticks), node and byte totals per state and overall, the LRU table, streams' cursors (their
+        tokens walk to their node), both suffix indexes (every node filed under its key, nothing
+        else), and the byte budget.
+        """
+        from srt_agent.spec.cache_checks import cache_problems  # it imports this module
+
+        with self._lock:
+            problems = cache_problems(self)
+        if problems:
+            shown = "\n  ".join(problems[:30])
+            more = f"\n  ... and {len(problems) - 30} more" if len(problems) > 30 else ""
+            raise CacheIntegrityError(f"tree cache is inconsistent:\n  {shown}{more}")
+
+    # ------------------------------------------------------------------ internals
+    def _draft_roots(self, key: str, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource]:
+        state = self._states.get(key)
+        if state is not None:
+            self._states.move_to_end(key)
+            node = self._locate(state, gen)
+            if node is not None and node.kids is not None:
+                return [node], "exact"
+        cfg = self.config
+        args = (gen, cfg.window, cfg.max_match, cfg.scan_limit, cfg.max_candidates)
+        task = self._tasks.get(task_id) if task_id else None
+        if task is not None:
+            found = task.matches(*args)
+            if found:
+                return found, "task"
+        found = self._global.matches(*args)
+        return (found, "global") if found else ([], "none")
+
+    def _locate(self, state: _State, gen: list[int]) -> Node | None:
+        """The node reached by walking ``gen`` from the state's root (``None``: off the tree).
+
+        A stream of this state whose tokens are a prefix of ``gen`` (usually the very sequence
+        being drafted for) gives a head start: comparing token lists runs in C, walking the tree
+        runs in Python, so long generations stay cheap.
+        """
+        n = len(gen)
+        node, done = state.root, 0
+        for s in state.streams.values():
+            m = len(s.tokens)
+            if done < m <= n and s.tokens[-1] == gen[m - 1] and s.tokens == (gen if m == n else gen[:m]):
+                assert s.node is not None
+                node, done = s.node, m
+                if m == n:
+                    return node
+        for t in gen[done:] if done else gen:
+            kids = node.kids  # child() inlined: this loop is the walk's whole cost
+            if type(kids) is Node:
+                if kids.token != t:
+                    return None
+                node = kids
+            elif kids is None:
+                return None
+            else:
+                nxt = kids.get(t)  # type: ignore[union-attr]
+                if nxt is None:
+                    return None
+                node = nxt
+        return node
+
+    def _state(self, key: str, task: str) -> _State:
+        """The state ``key`` (created, and indexed, if new), marked most recently used."""
+        state = self._states.get(key)
+        if state is not None:
+            self._states.move_to_end(key)
+            return state
+        root = Node(SENTINEL, None, self._tick)
+        self._tick += 1
+        state = self._adopt(key, task, root)
+        self._index(state, root)
+        return state
+
+    def _adopt(self, key: str, task: str, root: Node) -> _State:
+        """Hold a new state with the tree under ``root`` (not indexed yet) as most recently used."""
+        state = _State(key, task, root)
+        state.nodes, tree = tree_bytes(root)
+        state.bytes = STATE_BYTES + tree
+        self._states[key] = state
+        self._bytes += state.bytes
+        self._nodes += state.nodes
+        if task and task not in self._tasks:
+            self._tasks[task] = SuffixIndex()
+            self._bytes += TASK_BYTES
+        return state
+
+    def _start_stream(self, stream_id: str, key: str, task: str, live: bool) -> _Stream:
+        state = self._state(key, task)
+        stream = _Stream(stream_id, key, state, live)
+        state.root.count += 1
+        state.root.ends += 1
+        state.root.live += int(live)
+        state.streams[stream_id] = stream
+        self._streams[stream_id] = stream
+        self._bytes += STREAM_BYTES
+        return stream
+
+    def _grow(self, state: _State, parent: Node, token: int) -> Node:
+        node, grown = add_child(parent, token, self._tick)
+        self._tick += 1
+        state.nodes += 1
+        state.bytes += grown
+        self._nodes += 1
+        self._bytes += grown
+        self._index(state, node)
+        return node
+
+    def _index(self, state: _State, node: Node) -> None:
+        # Index bytes are the indexes' own (a key's container is shared by nodes of many states).
+        key = node_key(node, self.config.window)
+        self._bytes += self._global.add(key, node)
+        if state.task:
+            self._bytes += self._tasks[state.task].add(key, node)
+
+    def _enforce_budget(self) -> None:
+        while self._bytes > self.config.byte_budget and self._states:
+            self._evict_lru()
+
+    def _evict_lru(self) -> str:
+        key, state = self._states.popitem(last=False)
+        task = self._tasks.get(state.task) if state.task else None
+        window = self.config.window
+        nodes = list(iter_nodes(state.root))
+        for node in nodes:
+            k = node_key(node, window)
+            self._bytes -= self._global.remove(k, node)
+            if task is not None:
+                self._bytes -= task.remove(k, node)
+        # Break the parent <-> child cycles: reference counting frees the tree now, not at the
+        # next full collection of the cyclic GC (which may be far off in a big heap).
+        for node in nodes:
+            node.parent = None
+        if task is not None and task.nodes == 0:
+            del self._tasks[state.task]
+            self._bytes -= TASK_BYTES
+        for stream in state.streams.values():  # they stop feeding the cache; their tokens go
+            self._bytes -= STREAM_TOKEN_BYTES * len(stream.tokens)
+            stream.state, stream.node, stream.tokens = None, None, []
+        self._bytes -= state.bytes
+        self._nodes -= state.nodes
+        self._counts["evictions"] += 1
+        return key

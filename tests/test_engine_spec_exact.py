@@ -1,0 +1,175 @@
+"""Speculation is exact: sampled continuations follow the model's distribution whatever the drafts.
+
+A random model with an 8-token vocabulary; the exact joint distribution of the first three
+generated tokens (512 cells) comes from teacher-forced HF forwards over every 3-token
+continuation, processed like the engine's sampling (temperature, top-p). Thousands of requests
+with distinct seeds, batched, generate with drafts sampled from the model itself (good), random
+tokens (bad) or half of each (partial), and a chi-square test compares the counts with the exact
+distribution (cells expecting fewer than 5 samples pooled). A sampled continuation of probability 0
+(outside top-p) fails the test outright. Generation runs past the measured tokens, so the verified
+trees are deeper than the window (every step verifies up to five draft tokens).
+
+Seeded outputs do not depend on the drafts at all (the d-th token of a verify step uses the d-th
+uniform of the request's stream, as plain decoding does; see srt_agent.spec.verify);
+test_engine_spec.py checks that sample by sample. The slow tier therefore gives each draft kind its
+own seeds, so that its three tests are independent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from spec_drafters import ModelDrafts
+from transformers import AutoModelForCausalLM
+
+from srt_agent.engine.random_model import save_random_model
+from srt_agent.engine.sampling import RowParams, processed_logprobs
+from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.engine.types import GenerationRequest, SamplingParams
+from srt_agent.spec.config import SpecConfig
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+V = 8
+PROMPT = (3, 1, 4, 1)
+WINDOW = 3  # tokens whose joint distribution is tested
+MAX_NEW = 6  # generation runs on past the window, so verified trees reach deeper
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_model(
+        tmp_path_factory.mktemp("exact"),
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        init_std=0.25,
+        seed=4,
+    )
+
+
+def _conditionals(model_dir: Path, params: SamplingParams) -> dict[tuple[int, ...], torch.Tensor]:
+    """Processed next-token distribution after every continuation of up to WINDOW tokens."""
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    grid = torch.cartesian_prod(*[torch.arange(V)] * WINDOW)  # (V^3, 3)
+    ids = torch.cat([torch.tensor(PROMPT).expand(len(grid), -1), grid], dim=1)
+    with torch.no_grad():
+        logits = hf(ids).logits[:, len(PROMPT) - 1 :]  # (V^3, WINDOW + 1, V)
+    rows = RowParams.build([params] * len(grid), V, torch.device("cpu"))
+    probs = processed_logprobs(logits, rows).exp()
+    table: dict[tuple[int, ...], torch.Tensor] = {}
+    for i, cont in enumerate(grid.tolist()):
+        for k in range(WINDOW + 1):
+            table.setdefault(tuple(cont[:k]), probs[i, k])
+    return table
+
+
+def _joint(table: dict[tuple[int, ...], torch.Tensor]) -> dict[tuple[int, ...], float]:
+    joint = {(): 1.0}
+    for _ in range(WINDOW):
+        joint = {(*c, t): p * float(table[c][t]) for c, p in joint.items() for t in range(V)}
+    return joint
+
+
+def _chi_square_p(counts: Counter[tuple[int, ...]], joint: dict[tuple[int, ...], float], n: int) -> float:
+    """p-value of Pearson's test; cells expecting fewer than 5 samples are pooled into one."""
+    assert all(joint.get(c, 0.0) > 0 for c in counts), "sampled a continuation of probability 0"
+    stat, pooled_obs, pooled_exp, bins = 0.0, 0, 0.0, 0
+    for cell, p in joint.items():
+        if p == 0:
+            continue
+        if n * p < 5:
+            pooled_obs += counts[cell]
+            pooled_exp += n * p
+            continue
+        stat += (counts[cell] - n * p) ** 2 / (n * p)
+        bins += 1
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+        bins += 1
+    df = torch.tensor((bins - 1) / 2, dtype=torch.float64)
+    return float(torch.special.gammaincc(df, torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def _sample(
+    model_dir: Path, params: SamplingParams, modes: Sequence[str], n: int, first_seed: int = 1000
+) -> tuple[dict[str, Counter[tuple[int, ...]]], dict[tuple[int, ...], float], float]:
+    table = _conditionals(model_dir, params)
+
+    def dist(context: tuple[int, ...]) -> list[float] | None:
+        probs = table.get(context)
+        return probs.tolist() if probs is not None else None
+
+    drafter = ModelDrafts(dist, V, seed=1)
+    spec = SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=512 * 6)
+    requests = [
+        GenerationRequest(
+            f"r{i}",
+            PROMPT,
+            SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_new_tokens=MAX_NEW,
+                seed=first_seed + i,
+            ),
+            task_id=modes[i % len(modes)],
+        )
+        for i in range(n)
+    ]
+    with TorchEngine(model_dir, max_batch_size=512, draft_source=drafter, spec=spec) as engine:
+        outs = engine.generate(requests)
+        stats = engine.spec_stats()
+    counts: dict[str, Counter[tuple[int, ...]]] = {m: Counter() for m in modes}
+    for req, out in zip(requests, outs, strict=True):
+        assert len(out.token_ids) == MAX_NEW
+        counts[req.task_id][tuple(out.token_ids[:WINDOW])] += 1
+    return counts, _joint(table), stats.tokens_per_forward
+
+
+CASES = {
+    "t1": SamplingParams(temperature=1.0),
+    "t0.7-top_p0.9": SamplingParams(temperature=0.7, top_p=0.9),
+}
+
+
+FAST_SAMPLES = 4_000  # the default tier; the slow tier draws 10k per draft kind
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case: str) -> None:
+    modes = ("good", "bad", "partial")
+    counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES)
+    total = sum(counts.values(), Counter())
+    p_value = _chi_square_p(total, joint, FAST_SAMPLES)
+    print(f"{case}: p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
+    assert p_value > 0.01
+    assert tokens_per_forward > 1.15  # the good drafts were verified and accepted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", ["good", "bad", "partial"])
+def test_speculative_samples_follow_the_exact_distribution_per_draft_kind(
+    model_dir: Path, case: str, mode: str
+) -> None:
+    # Seeded outputs do not depend on the drafts (see srt_agent.spec.verify), so each draft kind
+    # gets its own seeds: three independent samples, not one sample drafted three ways.
+    first_seed = {"good": 10**6, "bad": 2 * 10**6, "partial": 3 * 10**6}[mode]
+    counts, joint, _ = _sample(model_dir, CASES[case], (mode,), 10_000, first_seed)
+    p_value = _chi_square_p(counts[mode], joint, 10_000)
+    print(f"{case}/{mode}: p = {p_value:.3f}")
+    assert p_value > 0.01

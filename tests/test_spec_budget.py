@@ -1,0 +1,124 @@
+"""The speculation cost model: forward-time fit, acceptance calibration, draft budgets and probes."""
+
+from __future__ import annotations
+
+import pytest
+
+from srt_agent.spec.budget import Acceptance, CostModel, ForwardTime, subtree
+from srt_agent.spec.config import SpecConfig
+from srt_agent.spec.draft import DraftTree
+
+
+def _chain(n: int, prob: float = 1.0, source: str = "exact") -> DraftTree:
+    return DraftTree(tuple(range(n)), tuple(range(-1, n - 1)), (prob,) * n, source)  # type: ignore[arg-type]
+
+
+def _model(per_forward: float, per_token: float, **config: object) -> CostModel:
+    model = CostModel(SpecConfig(**config))  # type: ignore[arg-type]
+    model.time.set_prior([(1, per_forward + per_token), (64, per_forward + 64 * per_token)])
+    return model
+
+
+def test_forward_time_fit_follows_observations() -> None:
+    time = ForwardTime()
+    time.set_prior([(1, 1.0), (64, 1.0)])  # a flat prior...
+    for _ in range(200):
+        for n in (4, 16, 40):
+            time.observe(n, 0.002 + 0.0001 * n)  # ...overridden by what the forwards really cost
+    a, b = time.coefficients()
+    assert a == pytest.approx(0.002, rel=0.1) and b == pytest.approx(0.0001, rel=0.1)
+
+
+def test_forward_time_slope_comes_from_the_prior_when_all_forwards_have_one_size() -> None:
+    time = ForwardTime()
+    time.set_prior([(1, 0.001), (65, 0.002)])
+    for _ in range(100):
+        time.observe(8, 0.003)  # a slower machine than at startup, one batch size
+    assert time.predict(8) == pytest.approx(0.003, rel=0.05)
+    assert time.coefficients()[1] > 0  # the prior keeps the slope defined
+
+
+def test_acceptance_calibrates_the_drafts_probabilities() -> None:
+    acc = Acceptance()
+    assert acc.rate("exact", 1) == 1.0  # no data: trust the draft's probabilities
+    for _ in range(3):
+        acc.observe([("global", 1, 1.0, False), ("global", 2, 1.0, False)])  # confident, always wrong
+        acc.observe([("exact", 1, 0.01, True)])  # humble, always right
+    assert acc.rate("global", 1) < 0.05 and acc.rate("global", 2) < 0.05
+    assert min(1.0, acc.rate("exact", 1) * 0.01) > 0.9
+    assert acc.best_rate(1) > 0.9  # the best source at depth 1
+    assert acc.best_rate(2) == 1.0  # "exact" was never verified at depth 2: still optimistic
+
+
+def test_cheap_tokens_draft_the_maximum_and_expensive_ones_nothing() -> None:
+    flat = _model(per_forward=0.01, per_token=0.0)
+    assert flat.ask([20, 3, 0]) == [8, 3, 0]  # capped by max_draft_tokens and tokens left
+    steep = _model(per_forward=0.0, per_token=0.001)  # time proportional to tokens: drafts cannot pay
+    assert steep.ask([20, 20]) == [0, 0]
+
+
+def test_batch_token_budget_limits_the_width() -> None:
+    model = _model(per_forward=0.01, per_token=0.0, max_batch_tokens=64)
+    assert model.max_width(16) == 4
+    assert model.ask([20] * 16) == [3] * 16
+    assert model.ask([20] * 40) == [0] * 40  # 64 tokens cannot hold 40 rows of 2
+
+
+def test_useless_drafts_are_dropped_then_probed_within_the_overhead_budget() -> None:
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4, probe_overhead=0.05)
+    budgets = model.ask([20])
+    assert budgets == [8]
+    for _ in range(3):  # drafts the source is sure of, never accepted
+        drafts = model.choose([_chain(model.ask([20])[0] or 1)])
+        model.observe_verify(drafts, [()])
+    assert model.ask([20]) == [0]  # no longer pays
+    idle = [model.ask([20]) for _ in range(3)]
+    assert idle == [[0]] * 3 and not model.probing
+    probe = model.ask([20])  # the probe_interval-th idle step
+    assert model.probing
+    # Extra cost of a probe of k tokens: k * 0.0001 s, within 5% of 4 plain steps (4 * 0.0011 s).
+    assert probe == [2]
+    assert [len(d) for d in model.choose([_chain(8)])] == [2]
+    model.observe_verify([_chain(2)], [(0, 1)])  # ...and this time they were accepted
+    assert model.ask([20])[0] > 0 and not model.probing  # drafting resumes
+
+
+def test_probes_that_find_nothing_back_off() -> None:
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4)
+    for _ in range(3):
+        model.observe_verify([_chain(8)], [()])
+    gaps, idle = [], 0
+    for _ in range(200):
+        if model.ask([20])[0] and model.probing:
+            gaps.append(idle)
+            idle = 0
+            model.observe_verify(model.choose([_chain(8)]), [()])
+        else:
+            idle += 1
+    assert gaps[:5] == [4, 8, 16, 32, 64]  # doubling, up to 16 times the configured interval
+
+
+def test_choose_keeps_the_most_likely_nodes_at_one_width() -> None:
+    # Row 0: root children 10 (q .9) and 11 (q .05); 12 under 10 (q .8); 13 under 12 (q .1).
+    tree = DraftTree((10, 11, 12, 13), (-1, -1, 0, 2), (0.9, 0.05, 0.8, 0.1), "exact")
+    model = _model(per_forward=0.001, per_token=0.00003)
+    chosen = model.choose([tree, _chain(0)])
+    # Widths 2, 3 add 0.9 and 0.8 expected tokens for 2 extra tokens' time each (0.06 ms); the next
+    # nodes add 0.1 and 0.05, less than what they cost relative to the step.
+    assert chosen[0] == DraftTree((10, 12), (-1, 0), (0.9, 0.8), "exact")
+    assert len(chosen[1]) == 0
+
+
+def test_not_adaptive_verifies_the_drafts_whole() -> None:
+    model = CostModel(SpecConfig(adaptive=False, max_draft_tokens=4))
+    assert model.ask([10, 2, 0]) == [4, 2, 0]
+    drafts = [_chain(4, prob=0.0), _chain(2, prob=0.0), _chain(0)]
+    assert model.choose(drafts) == drafts
+
+
+def test_subtree_reindexes_and_requires_ancestors() -> None:
+    tree = DraftTree((1, 2, 3, 4), (-1, 0, -1, 1), (0.5, 0.4, 0.3, 0.2), "task", (True, False, True, False))
+    sub = subtree(tree, [3, 0, 1])
+    assert sub == DraftTree((1, 2, 4), (-1, 0, 1), (0.5, 0.4, 0.2), "task", (True, False, False))
+    with pytest.raises(ValueError, match="parent"):
+        subtree(tree, [0, 3])
