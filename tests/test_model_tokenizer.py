@@ -5,7 +5,14 @@ from transformers import AutoTokenizer
 from srt_agent.chat_format import ChatFormat
 from srt_agent.messages import system, tool_result, user
 from srt_agent.model.demos import to_transcript
-from srt_agent.model.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, TAG_TOKENS, render_chat, train_tokenizer
+from srt_agent.model.tokenizer import (
+    CHAT_TEMPLATE,
+    NUMBER_TOKENS,
+    SPECIAL_TOKENS,
+    TAG_TOKENS,
+    render_chat,
+    train_tokenizer,
+)
 
 CALC_TOOL = {
     "type": "function",
@@ -53,18 +60,23 @@ def test_round_trip_is_exact(text: str) -> None:
     assert tok.decode(ids, clean_up_tokenization_spaces=False) == text
 
 
-def test_digits_are_split_one_per_token_and_common_words_are_merged() -> None:
+def test_numbers_split_in_three_digit_chunks_from_the_left_and_common_words_are_merged() -> None:
     tok = tokenizer()
-    pieces = tok.convert_ids_to_tokens(tok("cost 2375 calculator", add_special_tokens=False)["input_ids"])
-    assert [p for p in pieces if p.isdigit()] == ["2", "3", "7", "5"]
+    text = "cost 2375 calculator 27.54545455 and 05 or 7"
+    pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+    assert [p for p in pieces if p.isdigit()] == ["237", "5", "27", "545", "454", "55", "05", "7"]
     assert "Ġcalculator" in pieces
+    # The same digits tokenize the same way wherever they stand: copies are token-exact.
+    a = tok("2812.16", add_special_tokens=False)["input_ids"]
+    b = tok("x = 2812.16;", add_special_tokens=False)["input_ids"]
+    assert any(b[i : i + len(a)] == a for i in range(len(b)))
 
 
 def test_training_is_deterministic_and_respects_vocab_size() -> None:
     texts = ["hello world 123, the calculator says 42"] * 50 + ["another line of text"] * 20
     a, b = train_tokenizer(texts, vocab_size=300), train_tokenizer(texts, vocab_size=300)
     assert a.get_vocab() == b.get_vocab()
-    assert len(a) <= 300 + len(TAG_TOKENS)
+    assert len(a) <= 300 + len(TAG_TOKENS) + len(NUMBER_TOKENS)
     with pytest.raises(ValueError, match="too small"):
         train_tokenizer(texts, vocab_size=100)
 
@@ -116,4 +128,20 @@ def test_saved_tokenizer_loads_with_autotokenizer(tmp_path) -> None:
     assert (
         loaded(text, add_special_tokens=False)["input_ids"]
         == tok(text, add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_task_template_drops_the_system_block_and_stays_append_only() -> None:
+    msgs = [system("Long instructions."), user("What is 12 * 3.5?")]
+    text = render_chat(msgs, [CALC_TOOL], generation_prompt=True, read_system=False)
+    assert text == "<|im_start|>user\nWhat is 12 * 3.5?<|im_end|>\n<|im_start|>assistant\n"
+    tok = train_tokenizer(["What is 12 * 3.5?"] * 20, vocab_size=300, read_system=False)
+    out = tok.apply_chat_template(
+        [m.as_dict() for m in msgs], tools=[CALC_TOOL], tokenize=False, add_generation_prompt=True
+    )
+    assert out == text
+    # Appending a tool result only appends text: the template stays append-only without a system block.
+    longer = [*msgs, tool_result("42", call_id="c0", name="calculator")]
+    assert render_chat(longer, [CALC_TOOL], read_system=False).startswith(
+        text[: -len("<|im_start|>assistant\n")]
     )

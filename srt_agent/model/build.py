@@ -65,7 +65,9 @@ class BuildConfig:
         intermediate_size: MLP width (~2.7x hidden, the Llama ratio).
         context: ``max_position_embeddings``; the longest Retail demos take ~2.1k tokens, and RL
             rollouts may run longer than the oracle's.
-        number_weight: Loss weight of digit tokens relative to other assistant tokens.
+        number_weight: Loss weight of number tokens relative to other assistant tokens.
+        read_system: Whether the model's chat template renders system prompts and tool lists
+            (off for the embedded model: see :func:`srt_agent.model.tokenizer.chat_template`).
         sft: Optimisation settings (its ``seed`` is replaced by the build seed).
         threads: Torch CPU threads during the build; results are identical run to run for a
             given seed and thread count (a different count changes float summation order).
@@ -79,6 +81,7 @@ class BuildConfig:
     intermediate_size: int = 688
     context: int = 4096
     number_weight: float = 4.0
+    read_system: bool = False
     sft: SFTConfig = field(default_factory=SFTConfig)
     threads: int = 2
 
@@ -233,7 +236,10 @@ def build_model(
         console.print("demos: " + ", ".join(f"{e} {len(d)}" for e, d in demos.items()))
         all_demos = [d for ds in demos.values() for d in ds]
         with console.status("training the tokenizer"):
-            tok = train_tokenizer(demo_texts(all_demos), vocab_size=cfg.vocab_size, context=cfg.context)
+            texts = demo_texts(all_demos, read_system=cfg.read_system)
+            tok = train_tokenizer(
+                texts, vocab_size=cfg.vocab_size, context=cfg.context, read_system=cfg.read_system
+            )
         fmt = ChatFormat(tok)
         numbers = number_token_ids(tok)
         examples: dict[str, list[Example]] = {}
@@ -252,9 +258,7 @@ def build_model(
         model = LlamaForCausalLM(_model_config(cfg, len(tok), pad_id, eos_id))
         params = sum(p.numel() for p in model.parameters())
         console.print(f"model: {params / 1e6:.2f}M parameters, vocab {len(tok)}, {len(train_set)} sequences")
-        sft_cfg = SFTConfig(
-            **{**asdict(cfg.sft), "seed": seed, "batch_tokens": max(cfg.sft.batch_tokens, longest)}
-        )
+        sft_cfg = SFTConfig(**{**asdict(cfg.sft), "seed": seed})
         stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
     # `generate` then stops at the end of a turn and pads with <|endoftext|> without being told.
     model.generation_config.eos_token_id = eos_id

@@ -130,10 +130,10 @@ def _to_demo(
     return Demo(env_id, seed, tuple(transcript[:first]), tools, turns, reward)
 
 
-def demo_texts(demos: Sequence[Demo]) -> Iterator[str]:
+def demo_texts(demos: Sequence[Demo], *, read_system: bool = True) -> Iterator[str]:
     """Each demonstration rendered with the chat template, for training the tokenizer."""
     for d in demos:
-        yield render_chat(d.messages, d.tools)
+        yield render_chat(d.messages, d.tools, read_system=read_system)
 
 
 def to_transcript(fmt: ChatFormat, demo: Demo) -> TokenTranscript:
