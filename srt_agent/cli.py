@@ -230,6 +230,9 @@ def eval_cmd(
         Path | None, typer.Option("--json", help="Write the flat report as JSON here.")
     ] = None,
     trace: Annotated[Path | None, typer.Option(help="Write a JSONL trace of every turn here.")] = None,
+    spec: Annotated[
+        bool, typer.Option("--spec/--no-spec", help="Speculate from a tree cache of the run's turns (SRT).")
+    ] = True,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -238,7 +241,7 @@ def eval_cmd(
     if not model_dir.exists():
         hint = "run `srt-agent build-model` first" if model is None else "check the path"
         raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
-    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed}
+    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec}
     if max_turns is not None:
         options["max_turns"] = max_turns
     code = eval_command(
@@ -253,6 +256,27 @@ def eval_cmd(
         console=console,
         **options,
     )
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("train")
+def train_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/quickstart.yaml.")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted.key=value overrides, e.g. trainer.steps=5.")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the newest checkpoint in trainer.out_dir.")
+    ] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the run summary as JSON here.")
+    ] = None,
+) -> None:
+    """Train a policy with multi-turn RL and SRT rollouts; evaluates before and after."""
+    from srt_agent.train import train_command
+
+    code = train_command(config, overrides or [], resume=resume, json_path=json_path, console=console)
     if code:
         raise typer.Exit(code)
 
@@ -276,6 +300,45 @@ def bench_engine_cmd(
         hint = "run `srt-agent build-model` first" if model is None else "check the path"
         raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
     bench_engine(model_dir, json_path)
+
+
+@bench_app.command("rollout")
+def bench_rollout_cmd(
+    model: Annotated[Path | None, typer.Option(help="HF model dir (default: the embedded model).")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="Env id (repeatable).")] = None,
+    prompts: Annotated[int, typer.Option(min=1, help="Tasks per env.")] = 8,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per task.")] = 4,
+    rounds: Annotated[int, typer.Option(min=1, help="Rollout rounds over the same prompts.")] = 5,
+    hf_rounds: Annotated[int, typer.Option(min=1, help="Rounds the (slow) HF peers run.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Most tokens per turn.")] = 128,
+    max_turns: Annotated[int, typer.Option(min=1, help="Env turn limit.")] = 8,
+    threads: Annotated[int, typer.Option(min=1, help="Torch threads.")] = 1,
+    configs: Annotated[
+        str | None, typer.Option(help="Comma-separated configurations (default: all).")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the headline figures here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(
+        "runs/bench_rollout.png"
+    ),
+) -> None:
+    """Multi-round rollouts with SRT off/on, without run-ahead, random drafts, HF peers, slow tools."""
+    from srt_agent.rollout.bench import CONFIGS, RolloutBenchConfig
+    from srt_agent.rollout.bench_report import bench_rollout
+
+    model_dir = model or default_model_dir()
+    if not model_dir.exists():
+        hint = "run `srt-agent build-model` first" if model is None else "check the path"
+        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    try:
+        config = RolloutBenchConfig(
+            model_dir, prompts=prompts, samples=samples, rounds=rounds, hf_rounds=hf_rounds,
+            max_new_tokens=max_new_tokens, max_turns=max_turns, threads=threads,
+            envs=tuple(env) if env else RolloutBenchConfig.envs,
+            configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise _report_error(exc) from None
+    bench_rollout(config, json_path=json_path, plot_path=plot, console=console)
 
 
 def main() -> None:

@@ -230,4 +230,8 @@ def test_concurrent_callers_keep_the_cache_consistent() -> None:
             done.result()  # re-raises a worker's exception
     cache.check_integrity()
     stats = cache.stats()
-    assert stats.streams == 0 and stats.tokens_added == 3 * 300 * 2
+    assert stats.streams == 0
+    # A stream whose state was evicted is detached and adds nothing more, so the count is exact only
+    # without evictions (the small budget makes them likely under some thread interleavings).
+    assert stats.tokens_added <= 3 * 300 * 2
+    assert stats.evictions > 0 or stats.tokens_added == 3 * 300 * 2

@@ -55,12 +55,24 @@ class TrainerSection(Section):
     )
     eval_episodes: int = Field(default=64, ge=1, description="Tasks per evaluation, from env.eval_seeds.")
     checkpoint_every: int = Field(
-        default=50, ge=0, description="Checkpoint every this many steps (0: at the end)."
+        default=50,
+        ge=0,
+        description="Checkpoint every this many steps and after the last (0: only after the last). "
+        "`--resume` after a crash redoes at most the steps since the last checkpoint.",
     )
     out_dir: Path = Field(
         default=Path("runs/train"), description="Where logs, checkpoints and the config go."
     )
+    baseline_every: int = Field(
+        default=0,
+        ge=0,
+        description="Every this many steps also roll out the step's prompts with speculation off (same "
+        "seeds, not trained on) and log srt_speedup = off time / on time (0: never).",
+    )
     seed: int = Field(default=0, ge=0, description="Seed of task order, sampling and initialisation.")
+    threads: int | None = Field(
+        default=None, ge=1, description="torch CPU threads for the whole run (null: torch's default)."
+    )
     log: tuple[LogBackend, ...] = Field(default=("jsonl",), description="Metric sinks: jsonl, tensorboard.")
     device: Device = Field(default="auto", description="auto: CUDA if available, else CPU.")
 

@@ -23,6 +23,7 @@ import torch
 
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias
 from srt_agent.engine.llama import CausalLM
+from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
 from srt_agent.engine.speculative import Emitted, Speculator, sync
@@ -47,6 +48,8 @@ class Scheduler:
         prefill_tokens: Budget of padded tokens per prefill forward (several prompts share one).
         speculator: Draft source link (drafts, verification, reporting); ``None``: plain decoding.
         counters: Speculation metrics (tokens and forwards are counted with or without drafts).
+        prefix_store: Parked keys/values of ended sequences, reused by prompts sharing their prefix
+            (``None``: every prompt is prefilled whole).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class Scheduler:
         prefill_tokens: int = 4096,
         speculator: Speculator | None = None,
         counters: SpecCounters | None = None,
+        prefix_store: PrefixStore | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
@@ -67,6 +71,7 @@ class Scheduler:
         self.prefill_tokens = prefill_tokens
         self.speculator = speculator
         self.counters = counters if counters is not None else SpecCounters()
+        self.prefix = prefix_store if prefix_store is not None else PrefixStore(0)
         self.rows: list[SequenceState] = []
         self.waiting: deque[SequenceState] = deque()
         self._row_params: RowParams | None = None  # rebuilt when the row set changes
@@ -112,8 +117,23 @@ class Scheduler:
             admitted.append(self._next_waiting())
         if self.rows:
             self.joined_running += len(admitted)
-        for group in _prefill_groups(admitted, self.prefill_tokens):
-            self._prefill(group)
+        # Sequences admitted together with the same prompt (a GRPO group's samples): prefill one,
+        # park its prompt, and let the others copy it (they prefill only the last prompt token).
+        leaders: dict[tuple[int, ...], SequenceState] = {}
+        first: list[SequenceState] = []
+        followers: list[SequenceState] = []
+        for seq in admitted:
+            leader = leaders.setdefault(seq.request.prompt_ids, seq)
+            if leader is seq or not self.prefix.budget_bytes:
+                first.append(seq)
+            else:
+                leader.share_prompt = True
+                followers.append(seq)
+        for wave in (first, followers):
+            for seq in wave:
+                seq.reuse = self.prefix.lookup(seq.request.prompt_ids)
+            for group in _prefill_groups(wave, self.prefill_tokens):
+                self._prefill(group)
         if self.rows:
             self._decode()
 
@@ -140,10 +160,21 @@ class Scheduler:
         runahead = [i for i, s in enumerate(self.rows) if s.request.priority == "runahead"]
         victims = sorted(runahead, key=lambda i: self.rows[i].admitted, reverse=True)[:short]
         seqs = [self.rows[i] for i in victims]
+        for i in victims:
+            self._park(self.rows[i], i, self.rows[i].cached)
         self._remove_rows(victims)
         self.counters.add(preempted=len(seqs))
         for seq in seqs:
             self._deliver(seq, "preempted")
+
+    def _park(self, seq: SequenceState, row: int, length: int) -> None:
+        """Offer the first ``length`` cached positions of ``seq``'s row to the prefix store."""
+        if self.prefix.budget_bytes:
+            prompt = seq.request.prompt_ids
+            tokens = (
+                prompt[:length] if length <= len(prompt) else (*prompt, *seq.tokens[: length - len(prompt)])
+            )
+            self.prefix.park(tokens, self.cache, row)
 
     def _drop_cancelled(self) -> None:
         """Abort sequences whose caller gave up (their output reaches nobody, but frees the id)."""
@@ -181,18 +212,25 @@ class Scheduler:
         return torch.tensor(values, dtype=torch.float32, device=self.model.device)
 
     def _prefill(self, group: list[SequenceState]) -> None:
+        """Prefill a group's prompts in one forward; a reused prefix is copied in, not recomputed."""
         device = self.model.device
         row_start, k = len(self.rows), len(group)
-        lengths = [len(s.request.prompt_ids) for s in group]
-        t = max(lengths)
+        reused = [s.reuse.length if s.reuse is not None else 0 for s in group]
+        new = [len(s.request.prompt_ids) - r for s, r in zip(group, reused, strict=True)]
+        t = max(new)
+        length = max(reused) + t
         try:
-            self.cache.reserve(row_start + k, t)
+            self.cache.reserve(row_start + k, length)
             ids = torch.zeros((k, t), dtype=torch.long)
             for i, s in enumerate(group):
-                ids[i, : lengths[i]] = torch.tensor(s.request.prompt_ids, dtype=torch.long)
-            positions = torch.arange(t, device=device).expand(k, t)  # (k, T)
-            bias = causal_bias([0] * k, t, t, self.model.dtype).to(device)  # (k, 1, T, T)
-            last = torch.tensor(lengths, device=device) - 1
+                if s.reuse is not None:
+                    self.cache.data[:, :, row_start + i, :, : reused[i]] = s.reuse.kv[:, :, :, : reused[i]]
+                    s.reuse = None  # drop the reference: the store may evict the entry
+                ids[i, : new[i]] = torch.tensor(s.request.prompt_ids[reused[i] :], dtype=torch.long)
+            start = torch.tensor(reused, device=device)[:, None]
+            positions = start + torch.arange(t, device=device)[None, :]  # (k, T)
+            bias = causal_bias(reused, t, length, self.model.dtype).to(device)  # (k, 1, T, L)
+            last = torch.tensor(new, device=device) - 1
             logits = self.model.forward(
                 ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
             )  # (k, V)
@@ -204,6 +242,9 @@ class Scheduler:
                 self._deliver(s, "abort", error=f"prefill failed: {type(exc).__name__}: {exc}")
             return
         self.rows.extend(group)
+        for i, s in enumerate(group):
+            if s.share_prompt:  # its whole prompt is in its row now
+                self._park(s, row_start + i, len(s.request.prompt_ids))
         self._row_params = None
         self.prefill_forwards += 1
         self.counters.add(prefill_forwards=1)
@@ -260,7 +301,7 @@ class Scheduler:
         """Commit each row's tokens (up to a stop), free finished rows, then deliver them."""
         done: list[int] = []
         results: list[_Result] = []
-        committed = 0
+        committed = runahead = 0
         for i, em in enumerate(emitted):
             row = row_start + i
             seq = self.rows[row]
@@ -268,15 +309,20 @@ class Scheduler:
             finished = self._commit(seq, em, results)
             new = seq.tokens[start:]
             committed += len(new)
+            if seq.request.priority == "runahead":
+                runahead += len(new)
             if self.speculator is not None:
                 self.speculator.report(seq, new)
             if finished:
                 done.append(row)
+                # Positions before this step are valid (a verify step's tree is not compacted for
+                # a finished row): park them for a later prompt that shares the prefix.
+                self._park(seq, row, prefix)
             elif em.kept is not None:
                 # The row goes on: keep the root and the accepted nodes, contiguous (the last
                 # emitted token is not in the cache yet, as after a plain decode step).
                 self.cache.keep(row, prefix, em.kept)
-        self.counters.add(tokens=committed, row_steps=len(emitted))
+        self.counters.add(tokens=committed, runahead_tokens=runahead, row_steps=len(emitted))
         # Free rows first, so a caller woken by its output already sees the row released.
         self._remove_rows(done)
         for seq, reason, stop, error in results:
@@ -329,12 +375,13 @@ class Scheduler:
 def _prefill_groups(seqs: list[SequenceState], budget: int) -> list[list[SequenceState]]:
     """Split admitted sequences into prefill forwards of at most ``budget`` padded tokens.
 
-    Sorting by prompt length keeps the padding small; a prompt longer than the budget goes alone.
+    Sorting by the tokens to prefill (the prompt less a reused prefix) keeps the padding small; a
+    prompt longer than the budget goes alone.
     """
     groups: list[list[SequenceState]] = []
     current: list[SequenceState] = []
-    for seq in sorted(seqs, key=lambda s: len(s.request.prompt_ids)):
-        n = len(seq.request.prompt_ids)
+    for seq in sorted(seqs, key=_new_tokens):
+        n = _new_tokens(seq)
         if current and (len(current) + 1) * n > budget:
             groups.append(current)
             current = []
@@ -342,3 +389,8 @@ def _prefill_groups(seqs: list[SequenceState], budget: int) -> list[list[Sequenc
     if current:
         groups.append(current)
     return groups
+
+
+def _new_tokens(seq: SequenceState) -> int:
+    """Prompt tokens a sequence's prefill computes (those of a reused prefix are copied)."""
+    return len(seq.request.prompt_ids) - (seq.reuse.length if seq.reuse is not None else 0)

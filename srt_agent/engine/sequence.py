@@ -11,6 +11,7 @@ from typing import Protocol
 
 import torch
 
+from srt_agent.engine.prefix_cache import PrefixHit
 from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class SequenceState:
     stop_window: int = 0  # tokens to decode when looking for stop strings
     admitted: int = -1  # admission order (the newest run-ahead rows are preempted first)
     reported: bool = False  # the draft source has heard of this stream
+    reuse: PrefixHit | None = None  # a parked prefix to copy in at prefill (set at admission)
+    share_prompt: bool = False  # park the prompt right after prefill: others admitted with it reuse it
 
     @property
     def cached(self) -> int:

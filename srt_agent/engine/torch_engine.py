@@ -30,6 +30,7 @@ import torch
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
+from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
 from srt_agent.engine.speculative import Speculator
 from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
@@ -55,6 +56,8 @@ class EngineStats:
         running: Sequences holding a cache row now.
         waiting: Sequences admitted to the worker but waiting for a row.
         in_flight: Requests submitted and not yet answered.
+        prefix_hits: Prefills that reused a parked prefix (see :mod:`srt_agent.engine.prefix_cache`).
+        prefix_tokens_reused: Prompt tokens copied from parked prefixes instead of recomputed.
     """
 
     decode_steps: int
@@ -64,6 +67,8 @@ class EngineStats:
     running: int
     waiting: int
     in_flight: int
+    prefix_hits: int = 0
+    prefix_tokens_reused: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,9 @@ class TorchEngine:
         spec: Speculation options; ``None`` means the defaults (enabled) when a draft source is
             given. Without a draft source it is ignored. With the adaptive cost model (default),
             construction times a few forwards of the model (its prior of forward cost).
+        prefix_cache_bytes: Budget for keys/values of ended sequences kept so that later prompts
+            sharing their prefix (the next turn of an episode, a sibling sample) prefill only the
+            rest; cleared on :meth:`update_weights`. 0 disables it.
 
     Raises:
         CheckpointError: The directory is missing, not a supported causal LM, or inconsistent.
@@ -139,6 +147,7 @@ class TorchEngine:
         prefill_tokens: int = 4096,
         draft_source: DraftSourceProtocol | None = None,
         spec: SpecConfig | None = None,
+        prefix_cache_bytes: int = 256 * 2**20,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -184,6 +193,7 @@ class TorchEngine:
             prefill_tokens=prefill_tokens,
             speculator=speculator,
             counters=self._counters,
+            prefix_store=PrefixStore(prefix_cache_bytes),
         )
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # guards _rng, _inflight, _closed, _thread
@@ -210,6 +220,8 @@ class TorchEngine:
             running=len(sch.rows),
             waiting=len(sch.waiting),
             in_flight=in_flight,
+            prefix_hits=sch.prefix.hits,
+            prefix_tokens_reused=sch.prefix.reused_tokens,
         )
 
     def spec_stats(self, reset: bool = False) -> SpecStats:
@@ -272,6 +284,7 @@ class TorchEngine:
 
         Requests in flight continue with the new weights from the next step on (their cached keys
         and values stay from the old ones); call it between rollout batches for on-policy data.
+        Parked prefixes (``prefix_cache_bytes``) are dropped: they were computed with the old weights.
 
         Args:
             state_dict: HF parameter name to tensor (e.g. the learner's ``model.state_dict()``).
@@ -281,7 +294,12 @@ class TorchEngine:
             RuntimeError: The engine is closed.
         """
         accepted = check_state_dict(self.config, state_dict, complete=False)
-        self._call(lambda: self.model.load(accepted))
+
+        def load() -> None:
+            self.model.load(accepted)
+            self._scheduler.prefix.clear()
+
+        self._call(load)
 
     def close(self) -> None:
         """Stop the worker; requests still running or waiting finish with ``abort``."""

@@ -17,6 +17,7 @@ from math import comb
 
 from rich.table import Table
 
+from srt_agent.rollout.metrics import SOURCES, RolloutMetrics
 from srt_agent.rollout.trajectory import Trajectory
 
 EVAL_SCHEMA = "srt-eval/1"
@@ -76,6 +77,8 @@ class EvalReport:
         generation_s: Sum over episodes of seconds spent awaiting the engine.
         env_s: Sum over episodes of seconds spent in the env (tools included).
         reasons: Non-ok episodes per reason category (``"context limit"``, ``"env raised ValueError"``).
+        spec: Whether the engine speculated from a tree cache (``None``: not known, an engine instance).
+        metrics: The rollout's speculation and time-split figures (``None``: not measured).
         trajectories: The episodes themselves (not part of :meth:`flat`).
     """
 
@@ -102,6 +105,8 @@ class EvalReport:
     generation_s: float
     env_s: float
     reasons: Mapping[str, int] = field(default_factory=dict, hash=False)
+    spec: bool | None = None
+    metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
     trajectories: tuple[Trajectory, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -123,7 +128,11 @@ class EvalReport:
         ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
         ``mean_tool_calls``, ``ok``, ``truncated``, ``failed``, ``wall_s``, ``generation_s``,
-        ``env_s``, ``tokens_per_s``; the attributes above say what each means.
+        ``env_s``, ``tokens_per_s``; the attributes above say what each means. With measured
+        metrics also ``spec`` (bool or null), ``acceptance_rate`` (accepted / verified draft tokens),
+        ``mean_accepted`` (accepted draft tokens per drafted step), ``verify_forwards``,
+        ``target_forwards`` and ``draft_hit_rate_<exact|task|global>`` (share of draft lookups each
+        source answered).
         """
         out: dict[str, str | int | float | None] = {
             "schema": EVAL_SCHEMA,
@@ -157,6 +166,16 @@ class EvalReport:
             env_s=round(self.env_s, 4),
             tokens_per_s=round(self.tokens_per_s, 2),
         )
+        m = self.metrics
+        if m is not None:
+            out.update(
+                spec=self.spec,
+                acceptance_rate=round(m.spec.acceptance_rate, 4),
+                mean_accepted=round(m.spec.mean_accepted, 4),
+                verify_forwards=m.spec.verify_forwards,
+                target_forwards=m.spec.target_forwards,
+            )
+            out.update({f"draft_hit_rate_{s}": round(m.hit_rate(s), 4) for s in SOURCES})
         return out
 
     def table(self) -> Table:
@@ -175,12 +194,25 @@ class EvalReport:
             *((f"  {reason}", str(n)) for reason, n in sorted(self.reasons.items())),
             ("tokens generated", str(self.tokens_generated)),
             ("tokens per forward", f"{self.tokens_per_forward:.2f}" if self.forward_passes else "-"),
+            *self._spec_rows(),
             ("wall time", f"{self.wall_s:.2f} s"),
             ("tokens / s", f"{self.tokens_per_s:.1f}"),
         ]
         for name, value in rows:
             t.add_row(name, value)
         return t
+
+    def _spec_rows(self) -> list[tuple[str, str]]:
+        m = self.metrics
+        if m is None or self.spec is None:
+            return []
+        if not self.spec:
+            return [("speculation (SRT)", "off")]
+        hits = ", ".join(f"{s} {m.hit_rate(s):.0%}" for s in SOURCES)
+        return [
+            ("draft acceptance", f"{m.spec.acceptance_rate:.1%} ({m.spec.mean_accepted:.2f} tokens/step)"),
+            ("draft hits", hits),
+        ]
 
 
 def reason_category(reason: str) -> str:
@@ -196,6 +228,8 @@ def summarize(
     temperature: float,
     seed: int | None,
     wall_s: float,
+    spec: bool | None = None,
+    metrics: RolloutMetrics | None = None,
 ) -> EvalReport:
     """Build the report of one run: ``k`` trials for each task, a task being one env seed.
 
@@ -240,5 +274,7 @@ def summarize(
         generation_s=sum(t.generation_s for t in trajectories),
         env_s=sum(t.env_s for t in trajectories),
         reasons=dict(Counter(reason_category(t.reason) for t in trajectories if t.reason)),
+        spec=spec,
+        metrics=metrics,
         trajectories=tuple(trajectories),
     )

@@ -24,7 +24,7 @@ from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.registration import UnknownEnvError, make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
-from srt_agent.rollout.scheduler import ProgressCallback, run_rollouts
+from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
 from srt_agent.rollout.trace import write_trace
 
 EVAL_SEED_END = 10_000_000
@@ -58,20 +58,35 @@ def eval_episodes(
     ]
 
 
-def load_model(model_dir: str | Path, *, max_batch_size: int = 32) -> tuple[Engine, ChatFormat]:
+def load_model(
+    model_dir: str | Path, *, max_batch_size: int = 32, spec: bool = False, num_threads: int | None = None
+) -> tuple[Engine, ChatFormat]:
     """A :class:`~srt_agent.engine.torch_engine.TorchEngine` and the chat format of a model directory.
+
+    Args:
+        model_dir: HF model directory with a tokenizer and chat template.
+        max_batch_size: Most sequences the engine decodes at once.
+        spec: Speculate (SRT): give the engine a fresh :class:`~srt_agent.spec.TreeCache` as its
+            draft source, so every turn is drafted from the cache and feeds it.
+        num_threads: Torch threads (process-wide); ``None`` keeps torch's setting.
 
     Raises:
         ModelLoadError: The directory is missing or not a loadable checkpoint with a chat template.
     """
     from srt_agent.engine.torch_engine import TorchEngine  # imports torch: only when a model is loaded
+    from srt_agent.spec.tree_cache import TreeCache
 
     path = Path(model_dir)
     if not path.is_dir():
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     try:
         fmt = ChatFormat.from_pretrained(path)
-        engine = TorchEngine(path, max_batch_size=max_batch_size)
+        engine = TorchEngine(
+            path,
+            max_batch_size=max_batch_size,
+            draft_source=TreeCache() if spec else None,
+            num_threads=num_threads,
+        )
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
     return engine, fmt
@@ -93,6 +108,7 @@ def run_eval(
     env_options: dict[str, Any] | None = None,
     progress: ProgressCallback | None = None,
     trace_path: str | Path | None = None,
+    spec: bool = True,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -112,6 +128,8 @@ def run_eval(
         env_options: Options for ``make`` (e.g. ``{"max_turns": 8}``).
         progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
         trace_path: Also write the per-turn JSONL trace (``srt-trace/1``) here.
+        spec: For a model directory, speculate from a tree cache (SRT) filled by the run's own
+            turns; ignored for an engine instance (its draft source decides).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -131,23 +149,34 @@ def run_eval(
         max_new_tokens=max_new_tokens,
         seed=seed,
     )
+    used_spec: bool | None
     if isinstance(model, str | Path):
-        engine, fmt = load_model(model, max_batch_size=max_concurrent)
-        name, owned = str(model), True
+        engine, fmt = load_model(model, max_batch_size=max_concurrent, spec=spec)
+        name, owned, used_spec = str(model), True, spec
     elif fmt is None:
         raise ValueError("run_eval with an engine instance needs fmt=ChatFormat(...) for its tokenizer")
     else:
-        engine, name, owned = model, type(model).__name__, False
+        engine, name, owned, used_spec = model, type(model).__name__, False, None
     try:
         t0 = time.perf_counter()
-        trajectories = run_rollouts(engine, fmt, specs, config, progress=progress)
+        batch = rollout_sync(RolloutScheduler(engine, fmt, config, progress=progress), specs)
         wall_s = time.perf_counter() - t0
     finally:
         if owned:
             engine.close()
+    trajectories = list(batch.trajectories)
     if trace_path is not None:
         write_trace(trace_path, trajectories)
-    return summarize(trajectories, k=k, model=name, temperature=temperature, seed=seed, wall_s=wall_s)
+    return summarize(
+        trajectories,
+        k=k,
+        model=name,
+        temperature=temperature,
+        seed=seed,
+        wall_s=wall_s,
+        spec=used_spec,
+        metrics=batch.metrics,
+    )
 
 
 def eval_command(
@@ -176,7 +205,7 @@ def eval_command(
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
         **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
-            ``max_concurrent``, ``env_options``, ``fmt``).
+            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``).
 
     Returns:
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),

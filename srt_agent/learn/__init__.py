@@ -32,7 +32,7 @@ from srt_agent.learn.batch import TokenBatch, collate, prompt_groups
 from srt_agent.learn.dapo import informative_mask, overlong_penalty, zero_variance_groups
 from srt_agent.learn.groups import GroupStats, group_stats
 from srt_agent.learn.kl import KLEstimator, KLMode, kl_estimate, kl_loss, kl_penalized_rewards
-from srt_agent.learn.logits import token_entropy, token_logprobs
+from srt_agent.learn.logits import entropy_of, logprobs_of, token_entropy, token_logprobs
 from srt_agent.learn.losses import (
     Aggregation,
     LossAgg,
@@ -61,6 +61,7 @@ __all__ = [
     "compute_advantages",
     "discounted_returns",
     "drgrpo_advantages",
+    "entropy_of",
     "gae",
     "group_stats",
     "grpo_advantages",
@@ -68,6 +69,7 @@ __all__ = [
     "kl_estimate",
     "kl_loss",
     "kl_penalized_rewards",
+    "logprobs_of",
     "masked_mean",
     "masked_sum",
     "masked_var",

@@ -4,6 +4,10 @@ A causal LM's logits at position ``t`` predict token ``t + 1``. The learner's te
 *token-aligned* instead (see :mod:`srt_agent.learn.advantages`): position ``t`` describes token
 ``t``, like ``Trajectory.logprobs``. The functions here do that shift once, so no caller has an
 off-by-one to get wrong; position 0 (no distribution produced the first token) is 0.
+
+:func:`logprobs_of` and :func:`entropy_of` are the unshifted kernels, for logits that were already
+gathered at the positions of interest (the trainer computes the output layer only where the next
+token was sampled by the policy, a third of the positions in a multi-turn episode).
 """
 
 from __future__ import annotations
@@ -13,13 +17,55 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _check(logits: Tensor, temperature: float) -> None:
-    if logits.dim() != 3:
-        raise ValueError(f"logits must be (B, T, V), got shape {tuple(logits.shape)}")
+def _check_temperature(temperature: float) -> None:
     if temperature <= 0:
         raise ValueError(
             f"temperature must be > 0 (greedy rollouts have no logprobs to train on), got {temperature}"
         )
+
+
+def _check(logits: Tensor, temperature: float) -> None:
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be (B, T, V), got shape {tuple(logits.shape)}")
+    _check_temperature(temperature)
+
+
+def logprobs_of(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """``log softmax(logits / temperature)[token]`` for each row of logits, unshifted.
+
+    Args:
+        logits: ``(..., V)`` (the softmax runs in float32).
+        token_ids: ``(...)``, the token each row scores.
+        temperature: Sampling temperature (> 0).
+
+    Returns:
+        ``(...)`` float32.
+
+    Raises:
+        ValueError: Bad shapes or temperature.
+    """
+    _check_temperature(temperature)
+    if token_ids.shape != logits.shape[:-1]:
+        raise ValueError(f"token_ids {tuple(token_ids.shape)} must be logits' {tuple(logits.shape[:-1])}")
+    scaled = logits.float() / temperature  # (..., V)
+    picked = scaled.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(scaled, dim=-1)
+
+
+def entropy_of(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Entropy of ``softmax(logits / temperature)`` for each row of logits, unshifted.
+
+    Args:
+        logits: ``(..., V)``.
+        temperature: Sampling temperature (> 0).
+
+    Returns:
+        ``(...)`` float32.
+    """
+    _check_temperature(temperature)
+    scaled = logits.float() / temperature
+    probs = torch.softmax(scaled, dim=-1)
+    return torch.logsumexp(scaled, dim=-1) - (probs * scaled).sum(dim=-1)
 
 
 def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
@@ -47,9 +93,7 @@ def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) 
         raise ValueError(
             f"token_ids {tuple(token_ids.shape)} must be logits' (B, T) {tuple(logits.shape[:2])}"
         )
-    scaled = logits[:, :-1].float() / temperature  # (B, T-1, V) predicts tokens 1..T-1
-    picked = scaled.gather(-1, token_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logp = picked - torch.logsumexp(scaled, dim=-1)
+    logp = logprobs_of(logits[:, :-1], token_ids[:, 1:], temperature)  # (B, T-1): tokens 1..T-1
     return F.pad(logp, (1, 0))
 
 
@@ -71,7 +115,4 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
         ValueError: Bad shape or temperature.
     """
     _check(logits, temperature)
-    scaled = logits[:, :-1].float() / temperature  # (B, T-1, V)
-    probs = torch.softmax(scaled, dim=-1)
-    entropy = torch.logsumexp(scaled, dim=-1) - (probs * scaled).sum(dim=-1)
-    return F.pad(entropy, (1, 0))
+    return F.pad(entropy_of(logits[:, :-1], temperature), (1, 0))  # (B, T)

@@ -43,6 +43,37 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
+class EpisodeHooks:
+    """What an episode tells its scheduler (metrics, run-ahead); every method is a no-op here.
+
+    Called on the event loop: :meth:`episode_started` once, then per turn
+    :meth:`generation_started`, :meth:`generation_finished`, and for a turn that reaches the env
+    :meth:`step_started` and :meth:`step_finished`; :meth:`episode_finished` once at the end. A
+    hook must not raise.
+    """
+
+    def episode_started(self, runner: EpisodeRunner) -> None:
+        """The episode took its rollout slot and starts (before the env is made)."""
+
+    def generation_started(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
+        """A live request is about to be submitted."""
+
+    def generation_finished(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
+        """The live request returned (or failed)."""
+
+    def step_started(self, runner: EpisodeRunner, transcript: TokenTranscript, action: str) -> None:
+        """The env is about to step on ``action``; ``transcript`` ends with the turn's tokens."""
+
+    def step_finished(self, runner: EpisodeRunner, action: str, observation: tuple[Message, ...]) -> None:
+        """The env step returned ``observation`` (also after it failed: then it is empty)."""
+
+    def episode_finished(self, runner: EpisodeRunner) -> None:
+        """The episode is over (its trajectory is being built)."""
+
+
+NO_HOOKS = EpisodeHooks()
+
+
 class EpisodeRunner:
     """Plays one :class:`EpisodeSpec` and builds its :class:`Trajectory` (one use per instance).
 
@@ -52,13 +83,21 @@ class EpisodeRunner:
         fmt: Renders the conversation to tokens.
         config: Sampling options and limits.
         queue_s: Seconds the episode already waited for a slot (recorded in the trajectory).
+        hooks: Told about generations and env steps (the scheduler's metrics and run-ahead).
     """
 
     def __init__(
-        self, spec: EpisodeSpec, engine: Engine, fmt: ChatFormat, config: RolloutConfig, queue_s: float = 0.0
+        self,
+        spec: EpisodeSpec,
+        engine: Engine,
+        fmt: ChatFormat,
+        config: RolloutConfig,
+        queue_s: float = 0.0,
+        hooks: EpisodeHooks = NO_HOOKS,
     ):
         self.spec, self.engine, self.fmt, self.config = spec, engine, fmt, config
         self.queue_s = queue_s
+        self.hooks = hooks
         self.env: gym.Env[Any, str] | None = None
         self.transcript: TokenTranscript | None = None
         self.task_id = ""
@@ -76,6 +115,7 @@ class EpisodeRunner:
     async def run(self) -> Trajectory:
         """Play the episode to its end; never raises for env, template or engine failures."""
         t0 = time.perf_counter()
+        self.hooks.episode_started(self)
         status: Status = "ok"
         reason = ""
         try:
@@ -87,6 +127,7 @@ class EpisodeRunner:
             else:
                 logger.debug("episode %s truncated: %s", self.spec.episode_id, reason)
         finally:
+            self.hooks.episode_finished(self)
             await self._close()
         success = status != "failed" and self._success()
         return self._trajectory(status, reason, success, time.perf_counter() - t0)
@@ -104,7 +145,7 @@ class EpisodeRunner:
             self.transcript = self._render(
                 self.fmt.add_generation, self.transcript, out.token_ids, out.logprobs
             )
-            obs = await self._step(self.fmt.assistant_text(out.token_ids))
+            obs = await self._step(self.transcript, self.fmt.assistant_text(out.token_ids))
             if self.terminated:
                 return
             if self.truncated:
@@ -170,6 +211,7 @@ class EpisodeRunner:
     async def _generate(self, transcript: TokenTranscript) -> GenerationOutput:
         req = self._request(transcript)
         t = time.perf_counter()
+        self.hooks.generation_started(self, req)
         try:
             out = await self.engine.agenerate(req)
         except PromptTooLongError as exc:
@@ -180,6 +222,7 @@ class EpisodeRunner:
         finally:
             elapsed = time.perf_counter() - t
             self.gen_s += elapsed
+            self.hooks.generation_finished(self, req)
         if out.finish_reason == "abort":
             raise _EpisodeEnd("failed", f"engine aborted: {out.error or 'no reason given'}")
         if not out.token_ids or len(out.token_ids) != len(out.logprobs):
@@ -192,15 +235,18 @@ class EpisodeRunner:
         self.gen_times.append(elapsed)
         return out
 
-    async def _step(self, action: str) -> tuple[Message, ...]:
+    async def _step(self, transcript: TokenTranscript, action: str) -> tuple[Message, ...]:
         assert self.env is not None
         t = time.perf_counter()
+        self.hooks.step_started(self, transcript, action)
+        obs: Sequence[Message] = ()
         try:
             obs, reward, terminated, truncated, info = await async_step(self.env, action)
         except Exception as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in step") from exc
         finally:
             self.env_s += time.perf_counter() - t
+            self.hooks.step_finished(self, action, tuple(obs))
         # The step's reward is credited to the turn whose action caused it (the last one).
         self.rewards.append(float(reward))
         self.terminated, self.truncated, self.info = bool(terminated), bool(truncated), dict(info)

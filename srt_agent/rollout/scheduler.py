@@ -18,13 +18,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from srt_agent.chat_format import ChatFormat
-from srt_agent.engine.types import Engine
+from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.engine.types import Engine, GenerationRequest
+from srt_agent.messages import Message
+from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
-from srt_agent.rollout.episode import EpisodeRunner
+from srt_agent.rollout.episode import EpisodeHooks, EpisodeRunner
+from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
+from srt_agent.rollout.runahead import RunAhead, RunAheadConfig
 from srt_agent.rollout.trajectory import Trajectory
+from srt_agent.spec.stats import SpecStats
 
 logger = logging.getLogger("srt_agent.rollout")
 
@@ -32,8 +38,26 @@ ProgressCallback = Callable[[Trajectory], None]
 """Called with each trajectory as its episode finishes (in completion order), on the event loop."""
 
 
+@dataclass(frozen=True)
+class RolloutBatch:
+    """A rolled-out batch: the trajectories (in input order) and what the batch measured.
+
+    Attributes:
+        trajectories: One per episode, in the order of the episodes given.
+        metrics: Speculation, run-ahead and time-split figures of the batch.
+    """
+
+    trajectories: tuple[Trajectory, ...]
+    metrics: RolloutMetrics
+
+
 class RolloutScheduler:
     """Rolls out batches of episodes concurrently with bounded concurrency.
+
+    With a :class:`~srt_agent.engine.torch_engine.TorchEngine` that has a draft source (the tree
+    cache), every live turn is drafted from the cache and feeds it; the engine does that on its
+    own. ``runahead`` adds run-ahead work while episodes wait (:mod:`srt_agent.rollout.runahead`);
+    it only makes sense with such an engine.
 
     Args:
         engine: Any :class:`~srt_agent.engine.types.Engine` (its ``agenerate`` is awaited
@@ -41,6 +65,7 @@ class RolloutScheduler:
         fmt: The chat format of the engine's model (tokenizer and template).
         config: Limits and sampling options; defaults to ``RolloutConfig()``.
         progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
+        runahead: Run-ahead options; ``None`` (the default) or ``enabled=False``: no run-ahead.
     """
 
     def __init__(
@@ -50,14 +75,56 @@ class RolloutScheduler:
         config: RolloutConfig | None = None,
         *,
         progress: ProgressCallback | None = None,
+        runahead: RunAheadConfig | None = None,
     ):
         self.engine = engine
         self.fmt = fmt
         self.config = config or RolloutConfig()
         self.progress = progress
+        self.runahead = (
+            RunAhead(engine, fmt, self.config, runahead)
+            if runahead is not None and runahead.enabled
+            else None
+        )
+        self.last_metrics: RolloutMetrics | None = None
+
+    def announce(self, episodes: Sequence[EpisodeSpec]) -> int:
+        """Tell the scheduler which episodes come next, so their first turns can be generated ahead.
+
+        Each episode's env is made and reset here (blocking, in the caller's thread) and its first
+        prompt rendered exactly as the live episode will render it, so the run-ahead content is
+        filed under the state key the live request will carry. The jobs run during the next
+        rollout batch, in rows its live requests leave free, and expire at its end: announce batch
+        ``k + 1`` before rolling out batch ``k``. Without run-ahead this does nothing.
+
+        Args:
+            episodes: The coming episodes (typically the trainer's next batch).
+
+        Returns:
+            Run-ahead jobs queued (``announce_samples`` per distinct first prompt).
+
+        Raises:
+            UnknownEnvError: An env id is not registered.
+            EnvConfigError: Bad env options.
+        """
+        if self.runahead is None:
+            return 0
+        prompts: list[tuple[tuple[int, ...], str]] = []
+        for spec in episodes:
+            env = make(spec.env_id, **dict(spec.env_options))
+            try:
+                options = None if spec.reset_options is None else dict(spec.reset_options)
+                opening, info = env.reset(seed=spec.seed, options=options)
+            finally:
+                env.close()
+            start = self.fmt.start(tuple(opening), list(info.get("tools") or ()))
+            prompts.append((start.token_ids, str(info.get("task_id", ""))))
+        return self.runahead.queue_announced(prompts)
 
     async def run(self, episodes: Sequence[EpisodeSpec]) -> list[Trajectory]:
         """Roll out every episode; trajectories come back in the order of ``episodes``.
+
+        The batch's metrics are kept in :attr:`last_metrics` (:meth:`rollout` returns both).
 
         Args:
             episodes: The episodes; their ``episode_id`` values must be unique (they name the
@@ -69,15 +136,48 @@ class RolloutScheduler:
         Raises:
             ValueError: Duplicate episode ids.
         """
+        return list((await self.rollout(episodes)).trajectories)
+
+    async def rollout(self, episodes: Sequence[EpisodeSpec]) -> RolloutBatch:
+        """Like :meth:`run`, and also return the batch's :class:`RolloutMetrics`.
+
+        Raises:
+            ValueError: Duplicate episode ids.
+        """
         _check_unique(episodes)
         # One semaphore per run (not per scheduler): it must belong to the running event loop.
         slots = asyncio.Semaphore(self.config.max_concurrent)
-        return list(await asyncio.gather(*(self._one(spec, slots) for spec in episodes)))
+        hooks = _BatchHooks(self.runahead)
+        spec_before = self._spec_stats()
+        ahead_before = self.runahead.stats() if self.runahead is not None else RunAheadStats()
+        t0 = time.perf_counter()
+        if self.runahead is not None:
+            self.runahead.start_batch()
+        try:
+            trajectories = list(await asyncio.gather(*(self._one(spec, slots, hooks) for spec in episodes)))
+        finally:
+            if self.runahead is not None:
+                await self.runahead.end_batch()
+        wall_s = time.perf_counter() - t0
+        spec = spec_delta(self._spec_stats(), spec_before)
+        ahead = self.runahead.stats().minus(ahead_before) if self.runahead is not None else RunAheadStats()
+        metrics = batch_metrics(trajectories, spec=spec, runahead=ahead, wall_s=wall_s, split=hooks.split())
+        self.last_metrics = metrics
+        return RolloutBatch(tuple(trajectories), metrics)
 
-    async def _one(self, spec: EpisodeSpec, slots: asyncio.Semaphore) -> Trajectory:
+    def _spec_stats(self) -> SpecStats:
+        read = getattr(self.engine, "spec_stats", None)
+        if not callable(read):
+            return SpecStats()
+        stats = read()
+        return stats if isinstance(stats, SpecStats) else SpecStats()
+
+    async def _one(self, spec: EpisodeSpec, slots: asyncio.Semaphore, hooks: EpisodeHooks) -> Trajectory:
         queued = time.perf_counter()
         async with slots:
-            runner = EpisodeRunner(spec, self.engine, self.fmt, self.config, time.perf_counter() - queued)
+            runner = EpisodeRunner(
+                spec, self.engine, self.fmt, self.config, time.perf_counter() - queued, hooks=hooks
+            )
             traj = await runner.run()
         if self.progress is not None:
             try:
@@ -85,6 +185,60 @@ class RolloutScheduler:
             except Exception:  # a display bug must not lose the rollout
                 logger.warning("progress callback raised", exc_info=True)
         return traj
+
+
+class _BatchHooks(EpisodeHooks):
+    """The scheduler's side of the episode hooks: the time split and the run-ahead queue."""
+
+    def __init__(self, runahead: RunAhead | None) -> None:
+        self.timeline = Timeline()
+        self.runahead = runahead
+
+    def split(self) -> dict[str, float]:
+        return dict(self.timeline.split())
+
+    def generation_started(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
+        self.timeline.enter("live")
+        if self.runahead is not None:
+            self.runahead.live_started(runner.spec.episode_id, request.state_key)
+
+    def generation_finished(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
+        self.timeline.leave("live")
+        if self.runahead is not None:
+            self.runahead.live_finished(runner.spec.episode_id, request.state_key)
+
+    def episode_started(self, runner: EpisodeRunner) -> None:
+        if self.runahead is not None:
+            self.runahead.episode_started()
+
+    def step_started(self, runner: EpisodeRunner, transcript: TokenTranscript, action: str) -> None:
+        self.timeline.enter("env")
+        if self.runahead is not None:
+            try:
+                self.runahead.predict_after_tools(
+                    runner.spec.episode_id,
+                    runner.spec.env_id,
+                    runner.task_id,
+                    transcript,
+                    action,
+                    len(runner.outputs),
+                )
+            except Exception:  # run-ahead is best effort: never fail the episode
+                logger.warning("run-ahead prediction failed", exc_info=True)
+            self.runahead.env_wait(True)
+
+    def step_finished(self, runner: EpisodeRunner, action: str, observation: tuple[Message, ...]) -> None:
+        self.timeline.leave("env")
+        if self.runahead is not None:
+            self.runahead.env_wait(False)
+            if observation:
+                self.runahead.record_tools(
+                    runner.spec.env_id, runner.task_id, action, len(runner.outputs), observation
+                )
+
+    def episode_finished(self, runner: EpisodeRunner) -> None:
+        if self.runahead is not None:
+            self.runahead.episode_ended(runner.spec.episode_id)
 
 
 def _check_unique(episodes: Sequence[EpisodeSpec]) -> None:
@@ -127,15 +281,26 @@ def run_rollouts(
     if overrides:
         cfg = RolloutConfig.model_validate({**cfg.model_dump(), **overrides})
     scheduler = RolloutScheduler(engine, fmt, cfg, progress=progress)
+    return list(rollout_sync(scheduler, episodes).trajectories)
 
-    async def main() -> list[Trajectory]:
+
+def rollout_sync(scheduler: RolloutScheduler, episodes: Sequence[EpisodeSpec]) -> RolloutBatch:
+    """Synchronous :meth:`RolloutScheduler.rollout` on a fresh event loop (from synchronous code only).
+
+    The same scheduler can be used for many batches (its run-ahead queue and tool memo persist).
+
+    Returns:
+        The trajectories, in input order, and the batch's metrics.
+    """
+
+    async def main() -> RolloutBatch:
         # Env make/reset/step run in the loop's default thread pool, which asyncio sizes by CPU
         # count (6 threads on 2 cores); an env blocked on I/O in a worker thread would then hold
         # up the other episodes' steps. We own this loop, so give it one thread per episode slot.
-        workers = min(cfg.max_concurrent, 64)
+        workers = min(scheduler.config.max_concurrent, 64)
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="srt-env")
         )
-        return await scheduler.run(episodes)
+        return await scheduler.rollout(episodes)
 
     return asyncio.run(main())

@@ -15,6 +15,11 @@ Each step the model maximises expected emitted tokens per second over the verify
   accepted only after its parent). Drafts that never match (random tokens, a stale cache) drive
   the factor to ~0, and then no draft pays: the step decodes plainly and the draft source is not
   even asked (:meth:`CostModel.ask`).
+* **Lookups that do not pay**: the step's width is chosen optimistically (as if the source were sure
+  of its drafts), but a source that knows little about the current states returns drafts too
+  uncertain to verify, and looking them up still costs time per row. So the draft source is asked
+  only while the tokens recent lookups led to verify (expected accepted per row) are worth more
+  decode time than the lookups cost; probes keep re-measuring it.
 * **Probes**: after ``probe_interval`` steps without drafts, one step verifies a small draft anyway,
   sized so probes cost at most ``probe_overhead`` of decode time; otherwise a draft source that
   starts to pay (the cache fills up) would never be noticed. Each probe that finds nothing doubles
@@ -43,6 +48,7 @@ _ACCEPT_DECAY = 0.95  # per verify step: acceptance is measured over roughly the
 # tenth of a node: one rejected node already outweighs it, so useless drafts are dropped within a
 # step or two, while sources and depths never verified yet stay optimistic (they get tried).
 _PRIOR_NODES = 0.1
+_YIELD_DECAY = 0.9  # per lookup step: the realised yield of lookups follows the last ~10 of them
 
 
 class ForwardTime:
@@ -229,6 +235,9 @@ class CostModel:
         self._interval = config.probe_interval  # doubles while probes find nothing
         self._widths: dict[int, int] = {}  # batch -> cached optimistic width of ask()
         self._widths_age = 0
+        # What lookups really yielded: decayed mean, over the steps that looked up, of the expected
+        # accepted tokens per row of choose()'s own pick (a probe's forcing aside).
+        self._yield: float | None = None
 
     def max_width(self, batch: int) -> int:
         """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows."""
@@ -253,6 +262,8 @@ class CostModel:
         if not self.config.adaptive:
             return [min(c, width - 1) for c in caps]
         budget = self._optimistic_width(batch, width) - 1
+        if budget and not self._lookups_pay(batch):
+            budget = 0
         if self._idle_steps >= self._interval:
             self.probing = True
             self._probe = self._probe_size(batch, width)
@@ -260,6 +271,20 @@ class CostModel:
         if budget == 0:
             self._idle_steps += 1
         return [min(c, budget) for c in caps]
+
+    def _lookups_pay(self, batch: int) -> bool:
+        """Whether looking up drafts pays for the lookups, judged by what recent ones yielded.
+
+        The optimistic width assumes drafts the source is sure of; a source whose drafts are mostly
+        too uncertain to verify (a cache that knows little about the current states) would still be
+        asked every step, at a lookup cost per row. With ``g`` the expected accepted tokens per row
+        that recent lookups led :meth:`choose` to verify, ask iff those tokens are worth more decode
+        time than the lookups cost: ``g * time(batch) > lookup * batch``. (Whether a wider forward
+        pays is :meth:`choose`'s call at each step.) Probes keep measuring ``g`` while asking is off.
+        """
+        if self._yield is None:
+            return True  # nothing measured yet: be optimistic
+        return self._yield * self.time.predict(batch) > self.lookup_seconds * batch
 
     def _optimistic_width(self, batch: int, width: int) -> int:
         """Best width if every row had a chain of nodes its source is sure of (``q = 1``).
@@ -331,6 +356,10 @@ class CostModel:
                 score = expected / self.time.predict(batch * w)
                 if score > best * (1 + 1e-9):
                     best_width, best = w, score
+            gain = sum(sum(r.values[: best_width - 1]) for r in ranked) / batch
+            self._yield = (
+                gain if self._yield is None else _YIELD_DECAY * self._yield + (1 - _YIELD_DECAY) * gain
+            )
             if self.probing:  # verify at least the probe: it exists to measure what does not pay yet
                 best_width = max(best_width, min(width, 1 + self._probe))
             chosen = [subtree(d, r.order[: best_width - 1]) for d, r in zip(drafts, ranked, strict=True)]

@@ -22,6 +22,7 @@ class SpecStats:
         prefill_forwards: Prefill forwards (each samples the first token of its sequences).
         row_steps: Sequence-forwards, prefill rows included.
         tokens: Tokens emitted (committed to outputs).
+        runahead_tokens: Of those, tokens emitted by run-ahead sequences (only the draft source sees them).
         drafted_row_steps: Row steps that verified a non-empty draft.
         nodes_drafted: Draft tokens verified.
         nodes_accepted: Draft tokens accepted by the verification rule.
@@ -42,6 +43,7 @@ class SpecStats:
     prefill_forwards: int = 0
     row_steps: int = 0
     tokens: int = 0
+    runahead_tokens: int = 0
     drafted_row_steps: int = 0
     nodes_drafted: int = 0
     nodes_accepted: int = 0
@@ -132,6 +134,7 @@ _INT_FIELDS = (
     "prefill_forwards",
     "row_steps",
     "tokens",
+    "runahead_tokens",
     "drafted_row_steps",
     "nodes_drafted",
     "nodes_accepted",

@@ -1,0 +1,136 @@
+"""What ``srt-agent train CONFIG [overrides] [--resume] [--json PATH]`` runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.train.checkpoint import latest_checkpoint
+from srt_agent.train.progress import TrainProgress
+from srt_agent.train.summary import SUMMARY_SCHEMA, summarize, summary_table
+from srt_agent.train.trainer import Trainer, TrainError
+
+SUMMARY_FILE = "summary.json"
+PLOTS_DIR = "plots"
+
+__all__ = ["SUMMARY_SCHEMA", "ensure_policy_model", "train_command"]
+
+
+def _error(console: Console, message: str) -> int:
+    console.print(Text.assemble(("error: ", "red"), message))  # text, not markup: paths may hold "[...]"
+    return 2
+
+
+def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
+    """Build the embedded model into ``model.dir`` if it holds no model; returns the seconds spent.
+
+    Any HF checkpoint directory (a ``config.json``) counts as a model; an empty or missing one is
+    built with :func:`srt_agent.model.build.ensure_model` when ``model.build_if_missing`` is on.
+
+    Raises:
+        TrainError: No model there and building is off, or the directory holds something else.
+    """
+    model_dir = Path(cfg.model.dir)
+    if (model_dir / "config.json").is_file():
+        return 0.0
+    if not cfg.model.build_if_missing:
+        raise TrainError(
+            f"model.dir = {str(model_dir)!r} holds no model; build one with `srt-agent build-model --out "
+            f"{model_dir}` or set model.build_if_missing=true"
+        )
+    from srt_agent.model.build import BuildDirError, ensure_model
+
+    console.print(f"[bold]Building the embedded model into {model_dir}[/bold] (model.dir holds none yet)")
+    t0 = time.perf_counter()
+    try:
+        ensure_model(model_dir)
+    except BuildDirError as exc:
+        raise TrainError(f"model.dir: {exc}") from None
+    return time.perf_counter() - t0
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def train_command(
+    config: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    resume: bool = False,
+    json_path: str | Path | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> int:
+    """Train: build the model if missing, evaluate, train, evaluate, summarise.
+
+    Writes into ``trainer.out_dir``: ``config.yaml``, ``metrics.jsonl`` (and ``tensorboard/``),
+    ``checkpoints/``, ``plots/reward.png`` and ``plots/rollout_time.png``, and ``summary.json``
+    (the flat object of :func:`srt_agent.train.summary.summarize`, also written to ``json_path``).
+
+    Args:
+        config: The YAML run config.
+        overrides: ``dotted.key=value`` overrides.
+        resume: Continue from the newest complete checkpoint in ``trainer.out_dir``.
+        json_path: Also write the summary here.
+        console: Where to print (default: stdout).
+        show_progress: Draw progress bars.
+
+    Returns:
+        The exit code: 0 done, 2 bad config or arguments (the message says what to fix).
+    """
+    out = console or Console()
+    t0 = time.perf_counter()
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as exc:
+        return _error(out, str(exc))
+    try:
+        build_s = ensure_policy_model(cfg, out)
+        previous = latest_checkpoint(cfg.trainer.out_dir) if resume else None
+        done = previous.step if previous is not None else 0
+        with TrainProgress(cfg.trainer.steps, done, console=out, disable=not show_progress) as progress:
+            trainer = Trainer(cfg, resume=resume, progress=progress)
+            if trainer.resumed_from:
+                out.print(f"resuming from step {trainer.resumed_from} ({cfg.trainer.out_dir})")
+            if trainer.metrics.tensorboard_error:
+                out.print(f"[yellow]{trainer.metrics.tensorboard_error}[/yellow]")
+            try:
+                records = trainer.run()
+            finally:
+                trainer.close()
+    except TrainError as exc:
+        return _error(out, str(exc))
+    summary = summarize(
+        records,
+        cfg,
+        wall_s=time.perf_counter() - t0,
+        build_s=build_s,
+        checkpoint_s=trainer.state.checkpoint_s,
+        resumed_from=trainer.resumed_from,
+        announced=trainer.state.announced,
+    )
+    out_dir = Path(cfg.trainer.out_dir)
+    try:
+        from srt_agent.train.plots import plot_run
+
+        plot_run(records, out_dir / PLOTS_DIR)
+    except ImportError:
+        out.print("[yellow]plots skipped: matplotlib is not installed (pip install matplotlib)[/yellow]")
+    _write_json(out_dir / SUMMARY_FILE, summary)
+    out.print(summary_table(summary))
+    out.print(
+        f"[dim]wrote {out_dir / SUMMARY_FILE}, {out_dir / PLOTS_DIR}/, {out_dir / 'metrics.jsonl'}[/dim]"
+    )
+    if json_path is not None:
+        _write_json(Path(json_path), summary)
+        out.print(f"[dim]wrote {json_path}[/dim]")
+    return 0

@@ -1,0 +1,236 @@
+"""The trainer's rollout side: the SRT engine with its tree cache, a plain baseline engine, evaluation.
+
+One :class:`~srt_agent.engine.torch_engine.TorchEngine` with the run's
+:class:`~srt_agent.spec.TreeCache` as draft source serves every training and evaluation rollout; the
+cache persists across steps (and checkpoints), so later steps draft from all earlier ones. A second
+engine without a draft source is built on the first baseline step (``trainer.baseline_every``) to
+time the same prompts with speculation off; it gets the policy's weights just before each use.
+
+The rollout scheduler is kept for the whole run, so that a scheduler with a run-ahead queue can be
+told the next step's prompts (:meth:`Rollouts.rollout`'s ``announce``) while this step's episodes
+wait on tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srt_agent.chat_format import ChatFormat
+from srt_agent.config import RunConfig
+from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.evaluation import EvalReport, run_eval
+from srt_agent.rollout.config import EpisodeSpec
+from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
+from srt_agent.rollout.trajectory import Trajectory
+from srt_agent.spec import TreeCache
+from srt_agent.spec.stats import SpecStats
+
+log = logging.getLogger("srt_agent.train")
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """One rollout call's result.
+
+    Attributes:
+        trajectories: One per episode, in the order of the specs.
+        seconds: Wall seconds of the call.
+        spec: The engine's speculation counters over the call (run-ahead rows included).
+        extra: The scheduler's own batch figures where it reports them (run-ahead work, draft
+            hit rates by source, the wall-time split), prefixed ``sched_``.
+    """
+
+    trajectories: list[Trajectory]
+    seconds: float
+    spec: SpecStats
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Rollouts:
+    """Engines, tree cache and scheduler of a training run.
+
+    Args:
+        cfg: The run config.
+        model_dir: The starting checkpoint (the engines load it; the trainer then pushes its weights).
+        fmt: The model's chat format.
+        cache: The tree cache (new, or loaded from a checkpoint).
+        device: Where the engines run.
+    """
+
+    def __init__(
+        self, cfg: RunConfig, model_dir: Path, fmt: ChatFormat, cache: TreeCache, device: torch.device
+    ) -> None:
+        self.cfg, self.model_dir, self.fmt, self.cache, self.device = cfg, model_dir, fmt, cache, device
+        self.engine = self._engine(cache)
+        self.scheduler = RolloutScheduler(self.engine, fmt, cfg.rollout_config(), **_runahead_option(cfg))
+        self._baseline: TorchEngine | None = None
+        self._baseline_stale = True
+        self._weights: Mapping[str, torch.Tensor] | None = None
+        self.announced = False  # whether the scheduler took an announcement (reported once)
+
+    def _engine(self, cache: TreeCache | None) -> TorchEngine:
+        return TorchEngine(
+            self.model_dir,
+            max_batch_size=self.cfg.rollout.max_concurrent,
+            device=self.device,
+            seed=self.cfg.trainer.seed,
+            draft_source=cache,
+            spec=self.cfg.spec.engine_config(),
+        )
+
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Load the policy's new weights into the SRT engine (the baseline engine gets them lazily)."""
+        self.engine.update_weights(state_dict)
+        self._weights = state_dict
+        self._baseline_stale = True
+
+    def rollout(
+        self,
+        specs: Sequence[EpisodeSpec],
+        *,
+        announce: Sequence[EpisodeSpec] = (),
+        progress: ProgressCallback | None = None,
+    ) -> RolloutBatch:
+        """Roll out ``specs`` with speculation (SRT), announcing ``announce`` to the run-ahead queue.
+
+        Args:
+            specs: This step's episodes.
+            announce: The next step's episodes; passed to the scheduler's ``announce`` if it has one
+                and ``spec.run_ahead`` is on (their output only feeds the tree cache).
+            progress: Called with each finished trajectory.
+
+        Returns:
+            The trajectories, wall time and speculation counters.
+        """
+        self.engine.spec_stats(reset=True)  # count this call only (evaluations ran in between)
+        self.scheduler.progress = progress
+        ahead = announce if self.cfg.spec.run_ahead else ()
+        t0 = time.perf_counter()
+        trajectories = _run(self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent)
+        seconds = time.perf_counter() - t0
+        extra = _scheduler_figures(self.scheduler)
+        return RolloutBatch(trajectories, seconds, self.engine.spec_stats(reset=True), extra)
+
+    def baseline(
+        self, specs: Sequence[EpisodeSpec], progress: ProgressCallback | None = None
+    ) -> RolloutBatch:
+        """Roll out ``specs`` again with speculation off (same sampling seeds), for timing only."""
+        if self._baseline is None:
+            self._baseline = self._engine(None)
+        if self._baseline_stale and self._weights is not None:
+            self._baseline.update_weights(self._weights)
+        self._baseline_stale = False
+        scheduler = RolloutScheduler(self._baseline, self.fmt, self.cfg.rollout_config(), progress=progress)
+        t0 = time.perf_counter()
+        trajectories = _run(scheduler.run(specs), self.cfg.rollout.max_concurrent)
+        seconds = time.perf_counter() - t0
+        return RolloutBatch(trajectories, seconds, self._baseline.spec_stats(reset=True))
+
+    def evaluate(self, progress: ProgressCallback | None = None) -> EvalReport:
+        """Held-out evaluation of the current weights: ``trainer.eval_episodes`` tasks of ``env.eval_seeds``.
+
+        The same sampling seeds every time (``trainer.seed``), so evaluations before and after
+        training are paired: they differ only through the weights.
+        """
+        c = self.cfg
+        return run_eval(
+            c.env.id,
+            self.engine,
+            fmt=self.fmt,
+            episodes=c.trainer.eval_episodes,
+            k=1,
+            temperature=c.rollout.temperature,
+            max_new_tokens=c.rollout.max_new_tokens,
+            max_turns=c.env.max_turns,
+            max_concurrent=c.rollout.max_concurrent,
+            seed=c.trainer.seed,
+            first_seed=c.env.eval_seeds.start,
+            env_options=dict(c.env.options),
+            progress=progress,
+        )
+
+    async def _announce_and_run(
+        self, specs: Sequence[EpisodeSpec], ahead: Sequence[EpisodeSpec]
+    ) -> list[Trajectory]:
+        if ahead:
+            await self._announce(ahead)
+        return await self.scheduler.run(specs)
+
+    async def _announce(self, ahead: Sequence[EpisodeSpec]) -> None:
+        """``scheduler.announce(episodes)`` if the scheduler has it; a failure only costs speed."""
+        announce = getattr(self.scheduler, "announce", None)
+        if not callable(announce):
+            return
+        try:
+            result = announce(list(ahead))
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:  # run-ahead only warms the cache: never fail a step over it
+            log.warning("announcing the next step's prompts failed; continuing without", exc_info=True)
+            return
+        # The scheduler returns the run-ahead jobs it queued (0: it has no run-ahead queue).
+        self.announced = self.announced or not isinstance(result, int) or result > 0
+
+    def close(self) -> None:
+        """Stop the engines' worker threads."""
+        self.engine.close()
+        if self._baseline is not None:
+            self._baseline.close()
+
+
+def _run(coro: object, max_concurrent: int) -> list[Trajectory]:
+    """Run a rollout coroutine on a fresh event loop with one env thread per episode slot.
+
+    As :func:`srt_agent.rollout.run_rollouts` does: asyncio's default pool is sized by CPU count,
+    and an env blocked in a worker thread would hold up the other episodes' steps.
+    """
+
+    async def main() -> list[Trajectory]:
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=min(max_concurrent, 64), thread_name_prefix="srt-env")
+        )
+        result: list[Trajectory] = await coro  # type: ignore[misc]
+        return result
+
+    return asyncio.run(main())
+
+
+def _runahead_option(cfg: RunConfig) -> dict[str, Any]:
+    """``runahead=RunAheadConfig()`` for a scheduler that takes one, when ``spec.run_ahead`` is on.
+
+    Guarded: the run-ahead queue is newer than this trainer, and a scheduler without it still
+    trains (run-ahead only warms the tree cache).
+    """
+    if not cfg.spec.run_ahead or "runahead" not in inspect.signature(RolloutScheduler).parameters:
+        return {}
+    try:
+        from srt_agent.rollout.runahead import RunAheadConfig
+    except ImportError:
+        return {}
+    return {"runahead": RunAheadConfig()}
+
+
+_SCHEDULER_KEYS = ("runahead_", "hit_rate_", "tool_wait_s", "idle_s", "generation_s")
+
+
+def _scheduler_figures(scheduler: RolloutScheduler) -> dict[str, float]:
+    """The scheduler's batch figures (``last_metrics.flat()``) that the trainer does not compute."""
+    flat = getattr(getattr(scheduler, "last_metrics", None), "flat", None)
+    if not callable(flat):
+        return {}
+    figures = flat()
+    return {
+        f"sched_{k}": float(v)
+        for k, v in figures.items()
+        if k.startswith(_SCHEDULER_KEYS) and isinstance(v, int | float)
+    }

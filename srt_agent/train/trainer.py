@@ -1,0 +1,364 @@
+"""The in-process RL trainer: SRT rollouts -> advantages -> policy updates -> new weights to the engine.
+
+One step (:meth:`Trainer.train_step`)::
+
+    specs = step_episodes(cfg, step)                 # prompts_per_step tasks x n samples
+    batch = rollouts.rollout(specs, announce=next)   # TorchEngine + TreeCache (SRT); next step's
+                                                     # prompts go to the run-ahead queue
+    (every trainer.baseline_every steps: the same specs again with speculation off -> srt_speedup)
+    prep = learner.prepare(trajectories)             # rewards, KL penalty, advantages
+    stats = learner.update(prep)                     # epochs x mini-batches of AdamW updates
+    rollouts.push_weights(policy)                    # the engine samples from the new policy
+
+Failed episodes (an env or tool that crashed, an engine abort) are counted in ``failed`` and left
+out of the update; the step goes on. Checkpoints (:mod:`srt_agent.train.checkpoint`) are atomic,
+and :class:`Trainer` with ``resume=True`` continues from the newest complete one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from srt_agent.chat_format import ChatFormat
+from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.learn import informative_mask, prompt_groups
+from srt_agent.rollout.trajectory import Trajectory
+from srt_agent.spec import TreeCache
+from srt_agent.spec.stats import SpecStats
+from srt_agent.train.checkpoint import (
+    Checkpoint,
+    clean_partial,
+    latest_checkpoint,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
+from srt_agent.train.learner import Learner
+from srt_agent.train.metrics import MetricsLogger
+from srt_agent.train.optim import build_optimizer
+from srt_agent.train.policy import Policy, load_reference
+from srt_agent.train.progress import TrainProgress
+from srt_agent.train.rollouts import RolloutBatch, Rollouts
+from srt_agent.train.step_metrics import rollout_metrics, token_match
+from srt_agent.train.tasks import step_episodes
+
+log = logging.getLogger("srt_agent.train")
+
+CONFIG_FILE = "config.yaml"
+
+
+class TrainError(RuntimeError):
+    """A run cannot start as configured; the message names the problem and the fix."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA if available, else CPU.
+
+    Raises:
+        TrainError: ``cuda`` was asked for and is not available.
+    """
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainError("trainer.device = 'cuda', but torch sees no CUDA device; use trainer.device=auto")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+@dataclass
+class RunState:
+    """What a checkpoint carries besides weights, optimizer and RNG (``state.json``).
+
+    Attributes:
+        step: Completed training steps.
+        eval_before: The held-out evaluation before training (``success_rate``, ...).
+        last_eval: The step of the latest held-out evaluation (-1: none yet).
+        checkpoint_s: Seconds spent writing checkpoints so far.
+        announced: Whether the scheduler accepted run-ahead announcements.
+    """
+
+    step: int = 0
+    eval_before: dict[str, float] | None = None
+    last_eval: int = -1
+    checkpoint_s: float = 0.0
+    announced: bool = False
+
+
+class Trainer:
+    """Trains the policy of a :class:`RunConfig` in this process.
+
+    Args:
+        cfg: The run config; ``model.dir`` must hold a model (build it first).
+        resume: Continue from the newest complete checkpoint in ``trainer.out_dir`` (a fresh start
+            if there is none).
+        progress: Where to show progress (default: none).
+
+    Raises:
+        TrainError: A fresh run's ``out_dir`` already holds checkpoints, or the device is missing.
+    """
+
+    def __init__(
+        self, cfg: RunConfig, *, resume: bool = False, progress: TrainProgress | None = None
+    ) -> None:
+        self.cfg = cfg
+        t = cfg.trainer
+        self._threads_before = torch.get_num_threads()
+        if t.threads is not None:
+            torch.set_num_threads(t.threads)  # process-wide; restored by close()
+        if cfg.rollout.top_p < 1.0:
+            log.warning(
+                "rollout.top_p = %s: the learner's logprobs do not reproduce the truncated sampling "
+                "distribution, so PPO ratios near the cut are biased; use rollout.top_p=1 for training",
+                cfg.rollout.top_p,
+            )
+        self.device = resolve_device(t.device)
+        self.out_dir = Path(t.out_dir)
+        clean_partial(self.out_dir)
+        ckpt = latest_checkpoint(self.out_dir)
+        if ckpt is not None and not resume:
+            raise TrainError(
+                f"{self.out_dir} already holds checkpoints of a run (step {ckpt.step}); pass --resume to "
+                "continue it, or set trainer.out_dir to a new directory"
+            )
+        self.resumed_from = ckpt.step if ckpt is not None else 0
+        self.progress = progress or TrainProgress(t.steps, self.resumed_from, disable=True)
+        self.fmt = ChatFormat.from_pretrained(cfg.model.dir)
+        start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
+        self.policy = Policy.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
+        reference = load_reference(cfg.model.dir, self.device) if cfg.algo.kl.coef > 0 else None
+        optimizer, scheduler = build_optimizer(self.policy, cfg)
+        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
+        self.state = RunState()
+        cache = TreeCache(cfg.spec.cache)
+        if ckpt is None:
+            random.seed(t.seed)
+            np.random.seed(t.seed)
+            torch.manual_seed(t.seed)
+        else:
+            cache = self._restore(ckpt)
+        self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device)
+        if ckpt is not None:  # the engines load the starting checkpoint: give them the trained weights
+            self.rollouts.push_weights(self.policy.lm_state_dict())
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / CONFIG_FILE).write_text(cfg.to_yaml())
+        self.metrics = MetricsLogger(self.out_dir, t.log, ckpt.step if ckpt is not None else None)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _restore(self, ckpt: Checkpoint) -> TreeCache:
+        """Load optimizer, scheduler, RNG and run state; return the checkpoint's tree cache."""
+        saved = torch.load(ckpt.path / "optimizer.pt", map_location=self.device, weights_only=True)
+        self.learner.optimizer.load_state_dict(saved["optimizer"])
+        self.learner.scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(torch.load(ckpt.path / "rng.pt", weights_only=True))
+        known = {f.name for f in dataclasses.fields(RunState)}
+        self.state = RunState(**{k: v for k, v in ckpt.state.items() if k in known})
+        self.state.step = ckpt.step
+        changed = _config_changes(ckpt.path / CONFIG_FILE, self.cfg)
+        if changed:
+            log.warning("resuming with settings changed since the checkpoint: %s", ", ".join(changed))
+        if ckpt.cache_file.is_file():
+            return TreeCache.load(ckpt.cache_file, self.cfg.spec.cache)
+        return TreeCache(self.cfg.spec.cache)
+
+    def save_checkpoint(self) -> Checkpoint:
+        """Write an atomic checkpoint of the current step."""
+        t0 = time.perf_counter()
+        learner = self.learner
+
+        def write(path: Path) -> None:
+            self.policy.save(path / "model", self.fmt.tokenizer)
+            optim = {"optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict()}
+            torch.save(optim, path / "optimizer.pt")
+            torch.save(rng_state(), path / "rng.pt")
+            self.rollouts.cache.save(path / "tree_cache.npz")
+            (path / CONFIG_FILE).write_text(self.cfg.to_yaml())
+
+        state = dataclasses.asdict(self.state)
+        ckpt = write_checkpoint(self.out_dir, self.state.step, state, write)
+        self.state.checkpoint_s += time.perf_counter() - t0
+        return ckpt
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> list[dict[str, Any]]:
+        """Evaluate, train to ``trainer.steps`` (checkpointing), evaluate again.
+
+        Returns:
+            Every metrics record of the run (steps and evaluations; see :mod:`srt_agent.train.metrics`).
+        """
+        t, state = self.cfg.trainer, self.state
+        if state.eval_before is None:
+            state.eval_before = self.evaluate(state.step)
+        saved = state.step
+        while state.step < t.steps:
+            step = state.step + 1
+            record = self.train_step(step)
+            state.step = step
+            self.metrics.log(record)
+            self.progress.step_done(record)
+            if t.eval_every and step % t.eval_every == 0:
+                self.evaluate(step)
+            if t.checkpoint_every and step % t.checkpoint_every == 0:
+                self.save_checkpoint()
+                saved = step
+        if state.last_eval != state.step:  # the "after" number (also after a crash during it)
+            self.evaluate(state.step)
+            saved = -1  # the last checkpoint predates this evaluation: save it with it
+        if saved != state.step:
+            self.save_checkpoint()
+        return self.metrics.records()
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Held-out evaluation of the current weights, logged as an ``eval`` record at ``step``."""
+        callback = self.progress.phase("eval", self.cfg.trainer.eval_episodes)
+        t0 = time.perf_counter()
+        report = self.rollouts.evaluate(callback)
+        result = {
+            "success_rate": report.success_rate,
+            "mean_reward": report.mean_reward,
+            "episodes": float(report.episodes),
+            "failed": float(report.failed),
+            "eval_s": time.perf_counter() - t0,
+        }
+        self.metrics.log({"kind": "eval", "step": step, "time": time.time(), **result})
+        self.state.last_eval = step
+        return result
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        """Roll out, (maybe) time a baseline, update the policy, push the weights.
+
+        Returns:
+            The step's metrics record (``kind``, ``step``, the keys of
+            :func:`~srt_agent.train.step_metrics.rollout_metrics` and of :meth:`Learner.update`,
+            ``rounds``, ``trained_episodes``, ``learner_s``, ``sync_s``, ``cache_states``, ``cache_mb``,
+            ``step_s``, and on baseline steps ``baseline_rollout_s``, ``srt_speedup`` and
+            ``baseline_token_match``).
+        """
+        cfg, t0 = self.cfg, time.perf_counter()
+        got = self._collect(step)
+        record: dict[str, Any] = {
+            "kind": "step",
+            "step": step,
+            "time": time.time(),
+            "rounds": float(got.rounds),
+        }
+        record.update(rollout_metrics(got.trajectories, got.seconds, got.spec))
+        record.update(got.first.extra)
+        if cfg.trainer.baseline_every and step % cfg.trainer.baseline_every == 0:
+            specs = step_episodes(cfg, step, 0)
+            base = self.rollouts.baseline(specs, self.progress.phase("baseline", len(specs)))
+            record["baseline_rollout_s"] = base.seconds
+            record["srt_speedup"] = base.seconds / max(got.first.seconds, 1e-9)
+            record["baseline_token_match"] = token_match(got.first.trajectories, base.trajectories)
+        trainable = [x for x in got.train if x.status != "failed" and x.generated_tokens > 0]
+        record["trained_episodes"] = float(len(trainable))
+        t1 = time.perf_counter()
+        if trainable:
+            record.update(self.learner.update(self.learner.prepare(trainable)))
+            record["learner_s"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            self.rollouts.push_weights(self.policy.lm_state_dict())
+            record["sync_s"] = time.perf_counter() - t2
+        else:  # nothing to learn from (every episode failed, or no informative group): go on
+            log.warning(
+                "step %d: no trainable episode of %d; skipping the update", step, len(got.trajectories)
+            )
+            record.update(updates=0.0, learner_s=0.0, sync_s=0.0)
+        cache = self.rollouts.cache.stats()
+        record.update(cache_states=float(cache.states), cache_mb=cache.bytes / 2**20)
+        record["step_s"] = time.perf_counter() - t0
+        self.state.announced = self.state.announced or self.rollouts.announced
+        return record
+
+    def _collect(self, step: int) -> _Collected:
+        """The step's rollouts: one round, or with dynamic sampling more until the batch is full."""
+        cfg = self.cfg
+        specs = step_episodes(cfg, step, 0)
+        ahead = step_episodes(cfg, step + 1, 0) if step < cfg.trainer.steps else []
+        first = self.rollouts.rollout(
+            specs, announce=ahead, progress=self.progress.phase("rollout", len(specs))
+        )
+        batches = [first]
+        ds = cfg.algo.dynamic_sampling
+        if not ds.enabled:
+            return _Collected(first, first.trajectories, first.trajectories, first.seconds, first.spec, 1)
+        keep = _informative(first.trajectories)
+        want = cfg.rollout.prompts_per_step
+        while _groups(keep) < want and len(batches) < ds.max_rounds:
+            more = step_episodes(cfg, step, len(batches))
+            batch = self.rollouts.rollout(more, progress=self.progress.phase("refill", len(more)))
+            batches.append(batch)
+            keep += _informative(batch.trajectories)
+        groups = prompt_groups(keep).tolist() if keep else []
+        keep = [x for x, g in zip(keep, groups, strict=True) if g < want]  # the first `want` groups
+        every = [x for b in batches for x in b.trajectories]
+        seconds = sum(b.seconds for b in batches)
+        return _Collected(first, every, keep, seconds, _merge_spec([b.spec for b in batches]), len(batches))
+
+    def close(self) -> None:
+        """Stop the engines and close the metric sinks."""
+        self.rollouts.close()
+        self.metrics.close()
+        torch.set_num_threads(self._threads_before)
+
+
+@dataclass(frozen=True)
+class _Collected:
+    """A step's rollouts: the first round (what a baseline re-times), every episode, those to train on."""
+
+    first: RolloutBatch
+    trajectories: list[Trajectory]
+    train: list[Trajectory]
+    seconds: float
+    spec: SpecStats
+    rounds: int
+
+
+def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Dynamic sampling's filter: episodes of groups whose rewards differ (failed ones left out)."""
+    ok = [x for x in trajectories if x.status != "failed" and x.generated_tokens > 0]
+    if not ok:
+        return []
+    scores = torch.tensor([x.total_reward for x in ok])
+    keep = informative_mask(scores, prompt_groups(ok)).tolist()
+    return [x for x, k in zip(ok, keep, strict=True) if k]
+
+
+def _groups(trajectories: list[Trajectory]) -> int:
+    return len({(x.env_id, x.task_id, x.seed) for x in trajectories})
+
+
+def _merge_spec(stats: list[SpecStats]) -> SpecStats:
+    """Counters of several rollout calls added up."""
+    if len(stats) == 1:
+        return stats[0]
+    merged: dict[str, Any] = {}
+    for f in dataclasses.fields(SpecStats):
+        values = [getattr(s, f.name) for s in stats]
+        if f.name == "acceptance_histogram":
+            width = max(len(v) for v in values)
+            merged[f.name] = tuple(sum(v[i] for v in values if i < len(v)) for i in range(width))
+        elif f.name == "drafts_by_source":
+            total: Counter[str] = Counter()
+            for v in values:
+                total.update(v)
+            merged[f.name] = dict(total)
+        else:
+            merged[f.name] = sum(values)
+    return SpecStats(**merged)
+
+
+def _config_changes(saved: Path, cfg: RunConfig) -> list[str]:
+    """Dotted keys whose value differs between a checkpoint's config and ``cfg``."""
+    try:
+        before = load_config(saved).flat()
+    except (ConfigError, OSError):  # an unreadable old config only loses the warning
+        return []
+    now = cfg.flat()
+    return sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))

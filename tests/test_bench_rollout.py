@@ -1,0 +1,103 @@
+"""``srt-agent bench rollout`` on a tiny random model: every configuration runs, figures are sane."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from test_rollout_support import save_tiny_llama
+from typer.testing import CliRunner
+
+from srt_agent.cli import app
+from srt_agent.rollout.bench import CONFIGS, RolloutBenchConfig, run_rollout_bench
+from srt_agent.rollout.bench_report import bench_rollout, headline, markdown_table
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def tiny(model_dir: Path, **kw: object) -> RolloutBenchConfig:
+    settings: dict[str, object] = {
+        "envs": ("srt/Calculator-v0",), "prompts": 2, "samples": 2, "rounds": 2, "max_new_tokens": 8,
+        "max_turns": 2, "latency_s": 0.05, "max_batch_size": 4,
+    }  # fmt: skip
+    return RolloutBenchConfig(model_dir, **{**settings, **kw})  # type: ignore[arg-type]
+
+
+def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: Path, tmp_path: Path) -> None:
+    config = tiny(model_dir)
+    out = io.StringIO()
+    record = bench_rollout(
+        config,
+        json_path=tmp_path / "b.json",
+        plot_path=tmp_path / "b.png",
+        console=Console(file=out, width=200),
+    )
+    assert json.loads((tmp_path / "b.json").read_text()) == record
+    if importlib.util.find_spec("matplotlib") is not None:  # in the dev and bench extras
+        assert (tmp_path / "b.png").stat().st_size > 1000
+    else:
+        assert "matplotlib is not installed" in out.getvalue()
+    assert "| config | rounds | wall-clock | vs SRT off |" in out.getvalue()
+    keys = {
+        "srt_speedup", "srt_no_runahead_speedup", "srt_speedup_last_round", "srt_speedup_calculator",
+        "srt_forward_ratio", "tokens_per_forward", "acceptance_rate", "mean_accepted", "hit_rate_exact",
+        "hit_rate_task", "hit_rate_global", "runahead_tokens", "runahead_accepted_tokens", "token_prob",
+        "useless_drafts_ratio", "hf_generate_ratio", "prompt_lookup_ratio",
+        "latency200_runahead_acceptance", "latency200_no_runahead_acceptance",
+        "latency200_runahead_speedup", "latency200_runahead_tokens", "latency200_prediction_hit_rate",
+        "rounds", "prompts", "samples", "drift", "threads",
+    }  # fmt: skip
+    assert keys <= set(record), keys - set(record)
+    for c in CONFIGS:
+        assert record[f"{c}_wall_s"] > 0 and record[f"{c}_tokens"] > 0
+    for key in ("srt_speedup", "srt_no_runahead_speedup", "useless_drafts_ratio", "hf_generate_ratio"):
+        assert 0 < record[key] < 100
+    for key in ("acceptance_rate", "latency200_runahead_acceptance", "hit_rate_task", "token_prob"):
+        assert 0 <= record[key] <= 1
+    assert record["tokens_per_forward"] >= 1 and record["off_tokens_per_forward"] == 1
+    # Same seeds, exact verification: every TorchEngine configuration generated the same tokens.
+    torch_engine = ("off", "srt", "srt_no_runahead", "useless", "latency_srt", "latency_srt_no_runahead")
+    assert len({record[f"{c}_tokens"] for c in torch_engine}) == 1
+
+
+def test_results_per_round_and_the_table(model_dir: Path) -> None:
+    config = tiny(model_dir, configs=("srt", "hf_generate"), rounds=3, hf_rounds=2)
+    results = run_rollout_bench(config)
+    assert config.configs == ("off", "srt", "hf_generate")  # off is always there: the reference
+    rounds = {c: sorted(r.round for r in results if r.config == c) for c in config.configs}
+    assert rounds == {"off": [0, 1, 2], "srt": [0, 1, 2], "hf_generate": [0, 1]}
+    # Round by round, plain and speculative decoding generated the same tokens (same seeds and
+    # weights, exact verification).
+    tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}
+    assert all(tokens[("off", k)] == tokens[("srt", k)] for k in range(3))
+    assert all(r.metrics.spec.target_forwards > 0 for r in results if r.config != "hf_generate")
+    table = markdown_table(config, results)
+    assert table.count("\n") == 1 + 3 and "| srt | 3 |" in table and "| hf_generate | 2 |" in table
+    record = headline(config, results)
+    assert "useless_drafts_ratio" not in record and "latency200_runahead_acceptance" not in record
+
+
+def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown bench configurations"):
+        RolloutBenchConfig(tmp_path, configs=("srt", "turbo"))
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        RolloutBenchConfig(tmp_path, rounds=0)
+    result = CliRunner().invoke(app, ["bench", "rollout", "--model", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())

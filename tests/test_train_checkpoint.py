@@ -1,0 +1,161 @@
+"""Atomic checkpoints and in-process resume (the real kill -9 test is in test_train_kill.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from train_fixtures import save_tiny_policy, tiny_config
+
+from srt_agent.train import Trainer, TrainError, latest_checkpoint, list_checkpoints
+from srt_agent.train.checkpoint import (
+    KEEP,
+    checkpoint_root,
+    clean_partial,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
+from srt_agent.train.metrics import MetricsLogger, read_records
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
+
+
+def write_one(path: Path) -> None:
+    (path / "weights.bin").write_bytes(b"x" * 100)
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint_in_charge(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, 1, {"note": "first"}, write_one)
+
+    def crash(path: Path) -> None:
+        write_one(path)
+        raise KeyboardInterrupt("killed mid-write")
+
+    with pytest.raises(KeyboardInterrupt):
+        write_checkpoint(tmp_path, 2, {}, crash)
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and latest.step == 1 and latest.state["note"] == "first"
+    leftovers = [p.name for p in checkpoint_root(tmp_path).iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers == [f".tmp-step-000002-{__import__('os').getpid()}"]
+    assert clean_partial(tmp_path) and not any(
+        p.name.startswith(".") for p in checkpoint_root(tmp_path).iterdir()
+    )
+
+
+def test_incomplete_or_foreign_directories_are_never_picked_up(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, 3, {}, write_one)
+    root = checkpoint_root(tmp_path)
+    (root / "step-000009").mkdir()  # no state.json: a writer that never finished (or a hand-made dir)
+    (root / ".tmp-step-000010-123").mkdir()
+    wrong = root / "step-000011"
+    wrong.mkdir()
+    (wrong / "state.json").write_text(json.dumps({"step": 12, "format": "srt-train-ckpt/1"}))
+    torn = root / "step-000012"
+    torn.mkdir()
+    (torn / "state.json").write_text('{"step": 12, "form')  # torn write
+    assert [c.step for c in list_checkpoints(tmp_path)] == [3]
+
+
+def test_old_checkpoints_are_pruned(tmp_path: Path) -> None:
+    for step in range(1, 6):
+        write_checkpoint(tmp_path, step, {}, write_one)
+    assert [c.step for c in list_checkpoints(tmp_path)] == list(range(6 - KEEP, 6))
+    again = write_checkpoint(tmp_path, 5, {"again": True}, write_one)  # same step: replaced whole
+    assert again.state["again"] and latest_checkpoint(tmp_path) == again
+
+
+def test_rng_states_round_trip() -> None:
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    saved = rng_state()
+    path_draws = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    set_rng_state(saved)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == path_draws
+
+
+def test_metrics_drop_records_past_the_checkpoint_on_resume(tmp_path: Path) -> None:
+    logger = MetricsLogger(tmp_path, ["jsonl"])
+    for step in (1, 2, 3):
+        logger.log({"kind": "step", "step": step, "x": float("nan")})
+    logger.close()
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "step", "st')  # a line torn by kill -9
+    resumed = MetricsLogger(tmp_path, ["jsonl"], resume_step=2)
+    assert [r["step"] for r in resumed.records()] == [1, 2] and resumed.records()[0]["x"] is None
+    resumed.close()
+    fresh = MetricsLogger(tmp_path, ["jsonl"])
+    assert fresh.records() == []
+    fresh.close()
+
+
+def test_tensorboard_sink_writes_events(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    logger = MetricsLogger(tmp_path, ["jsonl", "tensorboard"])
+    logger.log({"kind": "step", "step": 1, "reward_mean": 0.5})
+    logger.close()
+    assert logger.tensorboard_error is None
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_without_tensorboard_metrics_still_go_to_jsonl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
+    logger = MetricsLogger(tmp_path, ["jsonl", "tensorboard"])
+    logger.log({"kind": "step", "step": 1, "reward_mean": 0.5})
+    logger.close()
+    assert logger.tensorboard_error is not None and "srt-agent[train]" in logger.tensorboard_error
+    assert read_records(tmp_path / "metrics.jsonl") == [{"kind": "step", "step": 1, "reward_mean": 0.5}]
+
+
+def test_resume_continues_after_the_checkpoint_and_matches_an_uninterrupted_run(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    straight = Trainer(tiny_config(model_dir, tmp_path / "straight", trainer={"steps": 3}))
+    try:
+        full = [r for r in straight.run() if r["kind"] == "step"]
+        final = straight.policy.lm_state_dict()
+    finally:
+        straight.close()
+
+    out = tmp_path / "interrupted"
+    first = Trainer(tiny_config(model_dir, out, trainer={"steps": 2}))
+    try:
+        first.run()
+    finally:
+        first.close()
+    # A crash while step 3 was in flight: its metrics line was written, its checkpoint was not.
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": "step", "step": 3, "reward_mean": 123.0}) + "\n")
+    (checkpoint_root(out) / ".tmp-step-000003-999").mkdir()
+
+    cfg = tiny_config(model_dir, out, trainer={"steps": 3})
+    with pytest.raises(TrainError, match="--resume"):
+        Trainer(cfg)  # a fresh start must not silently mix with an earlier run
+    resumed = Trainer(cfg, resume=True)
+    try:
+        assert resumed.resumed_from == 2 and resumed.state.eval_before is not None
+        assert not (checkpoint_root(out) / ".tmp-step-000003-999").exists()
+        resumed.run()
+        steps = [r for r in read_records(out / "metrics.jsonl") if r["kind"] == "step"]
+        assert [r["step"] for r in steps] == [1, 2, 3]
+        for key in ("reward_mean", "gen_tokens", "pg_loss", "entropy"):  # same prompts, seeds, weights, RNG
+            assert steps[2][key] == pytest.approx(full[2][key], rel=1e-5), key
+        after = resumed.policy.lm_state_dict()
+        assert all(torch.allclose(after[k], final[k], atol=1e-6) for k in final)
+        assert latest_checkpoint(out) is not None and latest_checkpoint(out).step == 3  # type: ignore[union-attr]
+    finally:
+        resumed.close()

@@ -1,0 +1,96 @@
+"""``srt-agent train``: config file plus dotted overrides, --json summary, clear errors (exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from train_fixtures import save_tiny_policy, tiny_settings, write_config
+from typer.testing import CliRunner
+
+from srt_agent.cli import app
+from srt_agent.train.metrics import read_records
+from srt_agent.train.summary import SUMMARY_SCHEMA
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "200"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
+
+
+def test_train_applies_overrides_and_writes_the_summary(model_dir: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "ignored"))
+    out = tmp_path / "run"
+    summary_path = tmp_path / "summary.json"
+    args = ["train", str(config), "trainer.steps=1", f"trainer.out_dir={out}", "trainer.baseline_every=1"]
+    result = runner.invoke(app, [*args, "--json", str(summary_path)], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "held-out success before" in result.output and not (tmp_path / "ignored").exists()
+    summary = json.loads(summary_path.read_text())
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert summary["schema"] == SUMMARY_SCHEMA and summary["steps"] == summary["steps_planned"] == 1
+    assert {
+        "success_before",
+        "success_after",
+        "improvement",
+        "wall_s",
+        "build_s",
+        "rollout_s",
+    } <= summary.keys()
+    assert summary["srt_speedup_steps"] == 1 and summary["srt_speedup_mean"] > 0
+    assert summary["baseline_token_match_mean"] == 1.0  # same seeds, exact verification: same tokens
+    assert (out / "plots" / "reward.png").stat().st_size > 0 and (
+        out / "plots" / "rollout_time.png"
+    ).is_file()
+    (step,) = [r for r in read_records(out / "metrics.jsonl") if r["kind"] == "step"]
+    assert step["srt_speedup"] == pytest.approx(step["baseline_rollout_s"] / step["rollout_s"], rel=0.05)
+    assert yaml.safe_load((out / "config.yaml").read_text())["trainer"]["baseline_every"] == 1
+
+
+def test_bad_override_names_the_key_and_exits_2(model_dir: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run"))
+    result = runner.invoke(app, ["train", str(config), "trainer.stpes=3"], env=WIDE)
+    assert result.exit_code == 2
+    assert "trainer.stpes" in result.output and "did you mean trainer.steps" in result.output
+
+
+def test_missing_model_without_build_exits_2_with_the_fix(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "tiny.yaml", tiny_settings(tmp_path / "no-model", tmp_path / "run"))
+    result = runner.invoke(app, ["train", str(config)], env=WIDE)
+    assert result.exit_code == 2 and "srt-agent build-model" in result.output
+
+
+def test_a_second_fresh_run_into_the_same_dir_asks_for_resume(model_dir: Path, tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run", trainer={"steps": 1})
+    )
+    assert runner.invoke(app, ["train", str(config)], env=WIDE).exit_code == 0
+    again = runner.invoke(app, ["train", str(config)], env=WIDE)
+    assert again.exit_code == 2 and "--resume" in again.output
+    resumed = runner.invoke(app, ["train", str(config), "--resume", "trainer.steps=2"], env=WIDE)
+    assert resumed.exit_code == 0 and "resuming from step 1" in resumed.output
+
+
+def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import srt_agent.model.build as build
+
+    built: list[Path] = []
+
+    def fake_build(out_dir: Path, **_: object) -> Path:  # the real build takes minutes: tested elsewhere
+        built.append(Path(out_dir))
+        return save_tiny_policy(Path(out_dir))
+
+    monkeypatch.setattr(build, "ensure_model", fake_build)
+    model = tmp_path / "model"
+    settings = tiny_settings(model, tmp_path / "run", trainer={"steps": 1})
+    settings["model"]["build_if_missing"] = True
+    config = write_config(tmp_path / "tiny.yaml", settings)
+    result = runner.invoke(app, ["train", str(config), "--json", str(tmp_path / "s.json")], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert built == [model] and "Building the embedded model" in result.output
+    assert json.loads((tmp_path / "s.json").read_text())["build_s"] > 0
