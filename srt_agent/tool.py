@@ -8,6 +8,8 @@ Executing calls (timeouts, error reports) is :mod:`srt_agent.toolset`'s job.
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import re
 import typing
@@ -61,7 +63,12 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def schema(self) -> dict[str, Any]:
-        """The tool's JSON schema in the OpenAI/Hermes ``{"type": "function", ...}`` shape."""
+        """The tool's JSON schema in the OpenAI/Hermes ``{"type": "function", ...}`` shape (a fresh copy)."""
+        # Envs announce their tools on every reset; pydantic's schema generation is ~0.5 ms a tool.
+        return copy.deepcopy(self._schema())
+
+    @functools.cache  # noqa: B019 - a tool lives as long as its toolset; the cache holds one dict
+    def _schema(self) -> dict[str, Any]:
         params = self.args_model.model_json_schema()
         params.pop("title", None)
         for prop in params.get("properties", {}).values():

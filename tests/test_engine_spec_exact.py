@@ -106,7 +106,12 @@ def _chi_square_p(counts: Counter[tuple[int, ...]], joint: dict[tuple[int, ...],
 
 
 def _sample(
-    model_dir: Path, params: SamplingParams, modes: Sequence[str], n: int, first_seed: int = 1000
+    model_dir: Path,
+    params: SamplingParams,
+    modes: Sequence[str],
+    n: int,
+    first_seed: int = 1000,
+    device: str = "cpu",
 ) -> tuple[dict[str, Counter[tuple[int, ...]]], dict[tuple[int, ...], float], float]:
     table = _conditionals(model_dir, params)
 
@@ -130,7 +135,7 @@ def _sample(
         )
         for i in range(n)
     ]
-    with TorchEngine(model_dir, max_batch_size=512, draft_source=drafter, spec=spec) as engine:
+    with TorchEngine(model_dir, max_batch_size=512, draft_source=drafter, spec=spec, device=device) as engine:
         outs = engine.generate(requests)
         stats = engine.spec_stats()
     counts: dict[str, Counter[tuple[int, ...]]] = {m: Counter() for m in modes}

@@ -19,8 +19,10 @@ import shutil
 import statistics
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import srt_agent
 from srt_agent.chat_format import ChatFormat
-from srt_agent.model.demos import Demo, collect_demos, demo_texts, to_transcript
+from srt_agent.model.demos import demo_texts
+from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
 from srt_agent.model.sft import Example, SFTConfig, train
 from srt_agent.model.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
 
@@ -77,14 +80,16 @@ class BuildConfig:
 
     demos: tuple[tuple[str, int], ...] = DEFAULT_DEMOS
     vocab_size: int = 2048
-    hidden_size: int = 128
-    num_layers: int = 4
+    hidden_size: int = 96
+    num_layers: int = 3
     num_heads: int = 4
-    intermediate_size: int = 344
+    intermediate_size: int = 256
     context: int = 4096
-    number_weight: float = 4.0
+    number_weight: float = 6.0
     read_system: bool = False
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=3000, batch_tokens=2100))
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(steps=2700, batch_tokens=2100, lr=3e-3, warmup_steps=100)
+    )
     threads: int = 2
 
 
@@ -158,6 +163,17 @@ def _reproducible(seed: int, threads: int) -> Iterator[None]:
         torch.set_num_threads(old_threads)
 
 
+@contextmanager
+def _pool(cfg: BuildConfig) -> Iterator[ProcessPoolExecutor | None]:
+    """Worker processes for the preprocessing (one per build thread), shut down afterwards."""
+    pool = make_pool(cfg.threads, max((n for _, n in cfg.demos), default=0))
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
 def number_token_ids(tok: PreTrainedTokenizerFast) -> frozenset[int]:
     """Ids of the tokens that are digits (numbers are split one digit per token)."""
     return frozenset(i for t, i in tok.get_vocab().items() if t.isdigit())
@@ -175,6 +191,12 @@ def weighted_example(
         (weight if t in numbers else 1.0) if m else 0.0 for t, m in zip(token_ids, loss_mask, strict=True)
     )
     return Example(token_ids, loss_mask, group=group, weights=weights)
+
+
+def _weighted(
+    group: str, numbers: frozenset[int], weight: float, token_ids: tuple[int, ...], loss_mask: tuple[int, ...]
+) -> Example:
+    return weighted_example(token_ids, loss_mask, group, numbers, weight)
 
 
 def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> LlamaConfig:
@@ -230,28 +252,30 @@ def build_model(
     _check_out_dir(out, force)
     console = Console(quiet=not show_progress)
     t0 = time.perf_counter()
+    keep_freed_memory()
     with _reproducible(seed, cfg.threads):
-        demos: dict[str, list[Demo]] = {}
-        with console.status("collecting oracle demonstrations"):
-            for env_id, count in cfg.demos:
-                demos[env_id] = collect_demos(env_id, count, build_seed=seed)
-        console.print("demos: " + ", ".join(f"{e} {len(d)}" for e, d in demos.items()))
-        all_demos = [d for ds in demos.values() for d in ds]
-        with console.status("training the tokenizer"):
-            texts = demo_texts(all_demos, read_system=cfg.read_system)
-            tok = train_tokenizer(
-                texts, vocab_size=cfg.vocab_size, context=cfg.context, read_system=cfg.read_system
-            )
-        fmt = ChatFormat(tok)
-        numbers = number_token_ids(tok)
-        examples: dict[str, list[Example]] = {}
-        with console.status("tokenizing demonstrations"):
-            for env_id, ds in demos.items():
-                trs = (to_transcript(fmt, d) for d in ds)
-                examples[env_id] = [
-                    weighted_example(tr.token_ids, tr.loss_mask, env_id, numbers, cfg.number_weight)
-                    for tr in trs
-                ]
+        with _pool(cfg) as pool:
+            with console.status("collecting oracle demonstrations"):
+                demos = collect_all(cfg.demos, seed, pool, cfg.threads)
+            console.print("demos: " + ", ".join(f"{e} {len(d)}" for e, d in demos.items()))
+            all_demos = [d for ds in demos.values() for d in ds]
+            with console.status("training the tokenizer"):
+                texts = demo_texts(all_demos, read_system=cfg.read_system)
+                tok = train_tokenizer(
+                    texts, vocab_size=cfg.vocab_size, context=cfg.context, read_system=cfg.read_system
+                )
+            numbers = number_token_ids(tok)
+            with console.status("tokenizing demonstrations"):
+                examples = {
+                    env_id: tokenize_all(
+                        ChatFormat(tok),
+                        ds,
+                        pool,
+                        cfg.threads,
+                        partial(_weighted, env_id, numbers, cfg.number_weight),
+                    )
+                    for env_id, ds in demos.items()
+                }
         train_set = [e for exs in examples.values() for e in exs]
         longest = max(len(e.token_ids) for e in train_set)
         if longest > cfg.context:
@@ -262,6 +286,7 @@ def build_model(
         console.print(f"model: {params / 1e6:.2f}M parameters, vocab {len(tok)}, {len(train_set)} sequences")
         sft_cfg = SFTConfig(**{**asdict(cfg.sft), "seed": seed})
         stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
+        torch.nn.Module.to(model, "cpu")
     # `generate` then stops at the end of a turn and pads with <|endoftext|> without being told.
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id

@@ -83,13 +83,15 @@ def demo_seeds(count: int, build_seed: int) -> range:
     return range(start, start + count)
 
 
-def collect_demos(env_id: str, count: int, *, build_seed: int = 0) -> list[Demo]:
+def collect_demos(env_id: str, count: int, *, build_seed: int = 0, seeds: range | None = None) -> list[Demo]:
     """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
 
     Args:
         env_id: A registered env with an oracle.
         count: Episodes to play.
         build_seed: Picks the block of seeds, so different builds see different tasks.
+        seeds: Play exactly these env seeds instead (``count`` and ``build_seed`` are then
+            ignored): a slice of a build's block, for collecting in parallel.
 
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task).
@@ -105,7 +107,7 @@ def collect_demos(env_id: str, count: int, *, build_seed: int = 0) -> list[Demo]
     tools = tuple(inner.tools.schemas())
     demos = []
     try:
-        for seed in demo_seeds(count, build_seed):
+        for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
             result = run_episode(env, oracle_policy, seed=seed)
             if not inner.is_success(result.total_reward, result.final_info):
                 continue

@@ -75,6 +75,7 @@ class SFTConfig:
         grad_clip: Clip the global gradient norm to this.
         seed: Seeds the data order.
         share_prefix: Run a prompt prefix shared by a batch's rows once (exact, faster).
+        device: Where to train (``"cpu"``, ``"cuda"``, ``"cuda:1"``); the model is moved there.
     """
 
     steps: int = 200
@@ -86,6 +87,7 @@ class SFTConfig:
     grad_clip: float = 1.0
     seed: int = 0
     share_prefix: bool = True
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,8 @@ def train(
         Loss curve and token counts.
     """
     rng = np.random.default_rng(cfg.seed)
+    device = torch.device(cfg.device)
+    torch.nn.Module.to(model, device)  # (transformers types PreTrainedModel.to too narrowly)
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, cfg))
     model.train()
@@ -280,7 +284,7 @@ def train(
     with Progress(*columns, disable=not show_progress) as progress:
         task = progress.add_task("sft", total=cfg.steps, loss=float("nan"), tps=0.0)
         for _, batch in zip(range(cfg.steps), batches(examples, cfg.batch_tokens, rng), strict=False):
-            inputs = collate(batch, pad_id)
+            inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
             loss, plain = batch_loss(model, inputs, shared_prefix(batch) if cfg.share_prefix else 0)
             torch.autograd.backward(loss)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
