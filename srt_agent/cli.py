@@ -194,14 +194,21 @@ def build_model_cmd(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the build figures as JSON here.")
     ] = None,
+    device: Annotated[
+        str, typer.Option(help="Where SFT runs: cpu (deterministic per seed and threads) or cuda.")
+    ] = "cpu",
 ) -> None:
     """Build the embedded model on CPU: tokenizer, small Llama, SFT on oracle demonstrations."""
-    from srt_agent.model.build import BuildDirError, build_model
+    from dataclasses import replace
+
+    from srt_agent.model.build import BuildConfig, BuildDirError, build_model
 
     target = out or default_model_dir()
+    defaults = BuildConfig()
     try:
-        report = build_model(target, seed=seed, force=force)
-    except BuildDirError as exc:
+        config = replace(defaults, sft=replace(defaults.sft, device=device))
+        report = build_model(target, seed=seed, force=force, config=config)
+    except (BuildDirError, ValueError) as exc:
         raise _report_error(exc) from None
     table = Table(title=f"Embedded model -> {target}")
     table.add_column("figure")

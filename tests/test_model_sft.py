@@ -11,6 +11,7 @@ from srt_agent.model.sft import (
     batches,
     collate,
     lr_at,
+    resolve_device,
     shared_prefix,
     train,
 )
@@ -174,3 +175,15 @@ def test_batches_never_mix_groups() -> None:
     stream = batches(exs, 300, np.random.default_rng(1))
     for _ in range(30):
         assert len({e.group for e in next(stream)}) == 1
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x"])
+def test_unknown_device_is_a_clear_error(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device(name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda")

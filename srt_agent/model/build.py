@@ -36,7 +36,7 @@ import srt_agent
 from srt_agent.chat_format import ChatFormat
 from srt_agent.model.demos import demo_texts
 from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
-from srt_agent.model.sft import Example, SFTConfig, train
+from srt_agent.model.sft import Example, SFTConfig, resolve_device, train
 from srt_agent.model.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
 
 BUILD_FILE = "srt_build.json"
@@ -245,11 +245,12 @@ def build_model(
 
     Raises:
         BuildDirError: ``out_dir`` is not empty and holds no previous build, and ``force`` is off.
-        ValueError: A demo sequence does not fit the model's context.
+        ValueError: A demo sequence does not fit the model's context, or the SFT device is unusable.
     """
     cfg = config or BuildConfig()
     out = Path(out_dir)
     _check_out_dir(out, force)
+    resolve_device(cfg.sft.device)  # fail before minutes of preprocessing
     console = Console(quiet=not show_progress)
     t0 = time.perf_counter()
     keep_freed_memory()

@@ -229,6 +229,21 @@ def batch_loss(
     return weighted, nll.mean()
 
 
+def resolve_device(name: str) -> torch.device:
+    """The torch device named ``name``, checked to be usable here.
+
+    Raises:
+        ValueError: Not a device name, or a CUDA device without a CUDA-enabled torch and GPU.
+    """
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA GPU here; use 'cpu'")
+    return device
+
+
 def lr_at(step: int, cfg: SFTConfig) -> float:
     """Learning-rate multiplier at ``step``: linear warm-up, then cosine decay to ``min_lr_ratio``."""
     if step < cfg.warmup_steps:
@@ -265,7 +280,7 @@ def train(
         Loss curve and token counts.
     """
     rng = np.random.default_rng(cfg.seed)
-    device = torch.device(cfg.device)
+    device = resolve_device(cfg.device)
     torch.nn.Module.to(model, device)  # (transformers types PreTrainedModel.to too narrowly)
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, cfg))
