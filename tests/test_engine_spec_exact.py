@@ -47,10 +47,10 @@ WINDOW = 3  # tokens whose joint distribution is tested
 MAX_NEW = 6  # generation runs on past the window, so verified trees reach deeper
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def save_exact_model(path: Path) -> Path:
+    """The small-vocabulary random model whose exact distribution the tests enumerate."""
     return save_random_model(
-        tmp_path_factory.mktemp("exact"),
+        path,
         vocab_size=V,
         hidden_size=32,
         intermediate_size=64,
@@ -60,6 +60,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         init_std=0.25,
         seed=4,
     )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_exact_model(tmp_path_factory.mktemp("exact"))
 
 
 def _conditionals(model_dir: Path, params: SamplingParams) -> dict[tuple[int, ...], torch.Tensor]:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from spec_drafters import NoisyReplay
 from test_engine_spec import REQUESTS, VOCAB, _book, _spec_engine
-from test_engine_spec_exact import CASES, _chi_square_p, _sample
+from test_engine_spec_exact import CASES, _chi_square_p, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
 
 from srt_agent.engine.random_model import char_tokenizer, save_random_model
@@ -36,19 +36,7 @@ def spec_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def exact_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from test_engine_spec_exact import V
-
-    return save_random_model(
-        tmp_path_factory.mktemp("gpu-exact"),
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        init_std=0.25,
-        seed=4,
-    )
+    return save_exact_model(tmp_path_factory.mktemp("gpu-exact"))
 
 
 def test_cuda_logprobs_equal_hf_teacher_forced_with_and_without_speculation(spec_model: Path) -> None:
