@@ -38,10 +38,10 @@ import torch
 from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.engine.types import GenerationOutput, GenerationRequest, SamplingParams
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree, StreamKind
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 
 
-class _Replay:
+class _Replay(StaticDraftSource):
     """Perfect drafts: the continuation each task id produced before (same seed, same tokens)."""
 
     def __init__(self) -> None:
@@ -56,19 +56,6 @@ class _Replay:
             return EMPTY_DRAFT
         nxt = full[n : n + budget]
         return DraftTree(nxt, tuple(range(-1, len(nxt) - 1)), (1.0,) * len(nxt), "exact")
-
-    def extend(
-        self,
-        stream_id: str,
-        state_key: str,
-        task_id: str,
-        new_tokens: Sequence[int],
-        kind: StreamKind = "live",
-    ) -> None:
-        """Nothing to learn: the book is filled by the benchmark."""
-
-    def finish(self, stream_id: str) -> None:
-        """Nothing to forget."""
 
 
 class _Random(_Replay):

@@ -28,7 +28,7 @@ import gymnasium as gym
 import torch
 
 from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest, PromptTooLongError
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree, StreamKind
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.tool_parser import parse_tool_calls
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ def _trim(request: GenerationRequest, tokens: list[int], logprobs: list[float]) 
     )
 
 
-class UselessDrafts:
+class UselessDrafts(StaticDraftSource):
     """A draft source with its content disabled: every draft is a chain of random tokens.
 
     The drafts claim a high probability (0.9 per node), so the cost model first trusts and verifies
@@ -200,19 +200,6 @@ class UselessDrafts:
         return DraftTree(
             tokens, tuple(range(-1, budget - 1)), tuple(0.9 ** (i + 1) for i in range(budget)), "global"
         )
-
-    def extend(
-        self,
-        stream_id: str,
-        state_key: str,
-        task_id: str,
-        new_tokens: Sequence[int],
-        kind: StreamKind = "live",
-    ) -> None:
-        """Ignored."""
-
-    def finish(self, stream_id: str) -> None:
-        """Ignored."""
 
 
 class ToolLatency(gym.Wrapper[Any, str, Any, str]):

@@ -116,3 +116,29 @@ class DraftSourceProtocol(Protocol):
     def finish(self, stream_id: str) -> None:
         """The stream ended; forget its cursor (its tokens stay in the cache)."""
         ...
+
+
+class StaticDraftSource:
+    """Base of draft sources that learn nothing from generation (benchmark stand-ins, disabled caches).
+
+    Subclasses implement :meth:`draft`; committed tokens and ended streams are ignored.
+    """
+
+    def draft(
+        self, state_key: str, task_id: str, prompt_ids: Sequence[int], generated: Sequence[int], budget: int
+    ) -> DraftTree:
+        """A draft of at most ``budget`` tokens for the stream (see :class:`DraftSourceProtocol`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement draft()")
+
+    def extend(
+        self,
+        stream_id: str,
+        state_key: str,
+        task_id: str,
+        new_tokens: Sequence[int],
+        kind: StreamKind = "live",
+    ) -> None:
+        """Ignored: the drafts do not depend on what was generated."""
+
+    def finish(self, stream_id: str) -> None:
+        """Ignored."""
