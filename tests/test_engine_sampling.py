@@ -65,7 +65,7 @@ def test_processing_matches_hf_warpers_per_row() -> None:
 def test_greedy_takes_argmax_and_reports_temperature_one_logprob() -> None:
     logits = torch.randn(2, V, generator=torch.Generator().manual_seed(1))
     rows = RowParams.build([SamplingParams(temperature=0.0)] * 2, V, CPU)
-    tokens, logprobs, _ = sample(logits, rows, None)
+    tokens, logprobs = sample(logits, rows, None)
     assert torch.equal(tokens, logits.argmax(-1))
     expected = logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
     assert torch.allclose(logprobs, expected)
@@ -79,7 +79,7 @@ def test_inverse_cdf_draw_follows_the_distribution() -> None:
     counts = torch.zeros(5)
     uniforms = torch.rand(n, generator=torch.Generator().manual_seed(2))
     batch_rows = RowParams.build([SamplingParams(temperature=1.0, top_k=3)] * n, 5, CPU)
-    tokens, token_lp, _ = sample(logits.expand(n, 5), batch_rows, uniforms)
+    tokens, token_lp = sample(logits.expand(n, 5), batch_rows, uniforms)
     counts.index_add_(0, tokens, torch.ones(n))
     assert counts[0].item() == 0 and counts[3].item() == 0  # outside the top 3: never drawn
     assert (counts / n - probs).abs().max().item() < 0.015
@@ -90,7 +90,7 @@ def test_inverse_cdf_draw_follows_the_distribution() -> None:
 def test_extreme_uniforms_never_pick_a_filtered_token(u: float) -> None:
     logits = torch.tensor([[5.0, 4.0, -3.0, 1.0]])
     rows = RowParams.build([SamplingParams(temperature=1.0, top_k=2)], 4, CPU)
-    tokens, token_lp, _ = sample(logits, rows, torch.tensor([u]))
+    tokens, token_lp = sample(logits, rows, torch.tensor([u]))
     assert tokens.item() in (0, 1)
     assert torch.isfinite(token_lp).all()
 
@@ -103,7 +103,7 @@ def test_mixed_greedy_and_sampled_rows() -> None:
         SamplingParams(temperature=0.0),
     ]
     rows = RowParams.build(params, V, CPU)
-    tokens, _, _ = sample(logits, rows, torch.tensor([0.5, 0.0, 0.5]))
+    tokens, _ = sample(logits, rows, torch.tensor([0.5, 0.0, 0.5]))
     assert tokens[0].item() == logits[0].argmax().item()
     assert tokens[2].item() == logits[2].argmax().item()
     # u = 0 picks the first token of non-zero probability (every token here).

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from srt_agent.engine.sampling import RowParams
+from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.types import SamplingParams
-from srt_agent.spec.verify import Verdict, accept, draw_targets
+from srt_agent.spec.verify import TreeWalk, Verdict, accept
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -63,7 +63,7 @@ def test_draw_targets_inverse_cdf_by_hand() -> None:
     logits = torch.tensor([[0.5, 0.3, 0.2]]).log().expand(1, 4, 3)  # (B=1, T=4, V=3)
     rows = RowParams.build([SamplingParams(temperature=1.0)], 3, CPU)
     uniforms = torch.tensor([[0.10, 0.55, 0.79, 0.95]])
-    targets, logprobs = draw_targets(logits, rows, uniforms)
+    targets, logprobs = sample(logits, rows, uniforms)
     assert targets.tolist() == [[0, 1, 1, 2]]
     assert torch.allclose(logprobs, torch.tensor([[0.5, 0.3, 0.3, 0.2]]).log())
 
@@ -75,7 +75,7 @@ def test_draw_targets_temperature_top_p_and_greedy_rows() -> None:
     # At temperature 0.5: p ~ exp([4, 2, 0, -2]) = [0.867, 0.117, 0.016, 0.002]; top-p 0.9 keeps the
     # first two (mass before the third is 0.984 >= 0.9), renormalised: [0.881, 0.119].
     uniforms = torch.tensor([[0.5, 0.99999], [0.99, 0.99]])
-    targets, logprobs = draw_targets(logits, rows, uniforms)
+    targets, logprobs = sample(logits, rows, uniforms)
     assert targets.tolist() == [[0, 1], [0, 0]]  # greedy row: the argmax whatever its uniform
     e = torch.tensor([4.0, 2.0]).exp()
     assert math.isclose(logprobs[0, 1].item(), (e[1] / e.sum()).log().item(), rel_tol=1e-5)
@@ -86,7 +86,7 @@ def test_draw_targets_temperature_top_p_and_greedy_rows() -> None:
 def test_greedy_accepts_exactly_the_argmax_child() -> None:
     logits = torch.tensor([[[0.0, 3.0, 1.0], [2.0, 0.0, 0.0], [0.0, 0.0, 5.0]]])  # (1, 3, 3)
     rows = RowParams.build([SamplingParams(temperature=0.0)], 3, CPU)
-    targets, _ = draw_targets(logits, rows, None)
+    targets, _ = sample(logits, rows, None)
     # Root argmax 1 -> drafted node 0 (token 1) accepted; after it argmax 0 != drafted 2: stop.
     verdict = accept((1, 2), (-1, 0), targets[0].tolist())
     assert verdict.tokens == (1, 0) and verdict.accepted == (0,)
@@ -100,7 +100,7 @@ def test_rule_matches_sequential_acceptance_probabilities() -> None:
     logits = p.log().expand(n, 1, 5)
     rows = RowParams.build([SamplingParams(temperature=1.0)] * n, 5, CPU)
     uniforms = torch.rand(n, 1, generator=torch.Generator().manual_seed(0))
-    targets, _ = draw_targets(logits, rows, uniforms)
+    targets, _ = sample(logits, rows, uniforms)
     children = (3, 1)  # drafted children of the root, in this order
     first = torch.zeros(5)
     for (t,) in targets.tolist():
@@ -109,3 +109,21 @@ def test_rule_matches_sequential_acceptance_probabilities() -> None:
     assert (freq - p).abs().max().item() < 0.01  # the emitted token's distribution is p
     rejected = freq[[0, 2, 4]] / freq[[0, 2, 4]].sum()
     assert (rejected - p[[0, 2, 4]] / p[[0, 2, 4]].sum()).abs().max().item() < 0.015
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lazy_walk_draws_only_where_it_goes_and_agrees_with_accept(seed: int) -> None:
+    """The engine's TreeWalk draws at the positions it reaches; given the same draws per position,
+    it must give accept()'s verdict, and it must ask only for positions on the emitted path."""
+    rng = torch.Generator().manual_seed(seed)
+    for _ in range(200):
+        targets = torch.randint(4, 10, (len(TOKENS) + 1,), generator=rng).tolist()
+        walk = TreeWalk(TOKENS, PARENTS)
+        asked = []
+        while True:
+            asked.append(walk.position)
+            if not walk.advance(targets[walk.position]):
+                break
+        verdict = accept(TOKENS, PARENTS, targets)
+        assert walk.verdict() == verdict
+        assert tuple(asked) == verdict.positions

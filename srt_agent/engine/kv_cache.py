@@ -244,28 +244,32 @@ def tree_bias(
         ValueError: A parent index does not precede its node.
     """
     num_new = max((len(p) for p in parents), default=0)
-    padded: list[list[int]] = []
+    batch = len(parents)
+    # Per row, in plain Python (trees are a few nodes): each node's depth and the bitmask of the
+    # nodes it sees (itself and its ancestors). Parents precede their nodes, so one pass suffices.
+    # Padding continues the row as a chain of its last node.
+    depths: list[list[int]] = []
+    sees: list[list[bool]] = []
     for b, row in enumerate(parents):
-        for j, up in enumerate(row):
+        masks: list[int] = []
+        depth: list[int] = []
+        for j in range(num_new):
+            up = row[j] if j < len(row) else j - 1
             if not -1 <= up < j:
                 raise ValueError(f"row {b}: node {j} has parent {up}; parents must precede their nodes")
-        padded.append(list(row) + [len(row) - 1 + i for i in range(num_new - len(row))])
-    batch = len(parents)
-    parent = torch.tensor(padded, dtype=torch.long).view(batch, num_new)  # (B, T)
-    # ancestors[b, j, k]: node k is node j or one of its ancestors. Parents precede their nodes, so
-    # one pass in node order, vectorised over rows, completes every row's relation.
-    ancestors = torch.eye(num_new, dtype=torch.bool).repeat(batch, 1, 1)  # (B, T, T)
-    depth = torch.zeros((batch, num_new), dtype=torch.long)
-    rows = torch.arange(batch)
-    for j in range(num_new):
-        has_parent = parent[:, j] >= 0
-        p = parent[:, j].clamp(min=0)
-        ancestors[:, j] |= ancestors[rows, p] & has_parent[:, None]
-        depth[:, j] = torch.where(has_parent, depth[rows, p] + 1, 0)
+            masks.append((masks[up] if up >= 0 else 0) | (1 << j))
+            depth.append(depth[up] + 1 if up >= 0 else 0)
+        depths.append(depth)
+        sees.append([bool(m >> k & 1) for m in masks for k in range(num_new)])
+    ancestors = torch.tensor(sees, dtype=torch.bool).view(batch, num_new, num_new)  # (B, T, T)
     prefix = torch.tensor(list(prefix_lengths), dtype=torch.long)
-    rel = torch.arange(length)[None, :] - prefix[:, None]  # (B, L): column relative to the tree
-    in_tree = (rel >= 0) & (rel < num_new)
-    seen = ancestors.gather(2, rel.clamp(0, max(num_new - 1, 0))[:, None, :].expand(batch, num_new, length))
-    allowed = (rel < 0)[:, None, :] | (in_tree[:, None, :] & seen)  # (B, T, L)
-    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
-    return bias[:, None], prefix[:, None] + depth
+    # Columns before a row's prefix end are visible to all its nodes; the tree block is the
+    # ancestor relation; everything after the block is hidden.
+    visible = torch.arange(length)[None, :] < prefix[:, None]  # (B, L)
+    row_bias = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
+    bias = row_bias[:, None, :].repeat(1, num_new, 1)  # (B, T, L)
+    tree = torch.zeros(ancestors.shape, dtype=dtype).masked_fill_(~ancestors, float("-inf"))
+    for b, start in enumerate(prefix_lengths):
+        bias[b, :, start : start + num_new] = tree[b]
+    depth_t = torch.tensor(depths, dtype=torch.long).view(batch, num_new)
+    return bias[:, None], prefix[:, None] + depth_t

@@ -168,6 +168,8 @@ class CausalLM:
         write_positions: torch.Tensor,
         attn_bias: torch.Tensor,
         logit_index: torch.Tensor | None = None,
+        logit_rows: torch.Tensor | None = None,
+        hidden_only: bool = False,
     ) -> torch.Tensor:
         """Run new tokens of rows ``row_start ..`` through the model, reading and extending the cache.
 
@@ -180,13 +182,19 @@ class CausalLM:
             attn_bias: ``(B, 1, T, L)`` additive bias (0 or -inf) over cache positions ``0 .. L-1``,
                 which must include the new tokens' write positions.
             logit_index: Optional ``(B,)``: compute logits only at this new-token index per row.
+            logit_rows: Optional ``(K,)`` indices into the ``B * T`` new tokens (row-major): compute
+                logits only there (a verify step skips its padding; the head is the widest
+                matmul of a small model).
+            hidden_only: Return the final normed hidden states ``(B, T, E)`` instead of logits;
+                :meth:`head` turns any of them into logits (a verify step needs logits only
+                where its tree walk goes).
 
         The cache must already hold ``row_start + B`` rows and ``max(write_positions) + 1``
         positions (:meth:`KVCache.reserve`). Positions past the RoPE table (only padding tokens can
         have them) are clamped; their outputs are meaningless and must be ignored.
 
         Returns:
-            ``(B, T, V)`` logits, or ``(B, V)`` with ``logit_index``.
+            ``(B, T, V)`` logits, ``(B, V)`` with ``logit_index``, ``(K, V)`` with ``logit_rows``.
         """
         c = self.config
         b, t = input_ids.shape
@@ -227,7 +235,15 @@ class CausalLM:
             if layer.b_down is not None:
                 x = x + layer.b_down
         if logit_index is not None:
-            x = x[torch.arange(b, device=x.device) * t + logit_index]  # (B, E)
-            return torch.mm(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps), self.lm_head_t)
-        logits = torch.mm(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps), self.lm_head_t)
-        return logits.view(b, t, -1)
+            logit_rows = torch.arange(b, device=x.device) * t + logit_index  # (B,)
+        if logit_rows is not None:
+            x = x[logit_rows]  # (K, E)
+            return self.head(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps))
+        hidden = F.rms_norm(x, (e,), self.norm, c.rms_norm_eps)
+        if hidden_only:
+            return hidden.view(b, t, e)
+        return self.head(hidden).view(b, t, -1)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``(K, V)`` of final normed hidden states ``(K, E)`` (see ``hidden_only``)."""
+        return torch.mm(hidden, self.lm_head_t)

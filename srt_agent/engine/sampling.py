@@ -35,6 +35,8 @@ class RowParams:
         greedy: ``(B,)`` bool.
         any_filter: Some row uses top-k or top-p (else the sort is skipped).
         all_greedy: Every row is greedy (else uniforms are needed).
+        any_greedy: Some row is greedy.
+        scaled: Some row's temperature is not 1 (else the division is skipped).
     """
 
     temperature: torch.Tensor
@@ -43,6 +45,8 @@ class RowParams:
     greedy: torch.Tensor
     any_filter: bool
     all_greedy: bool
+    any_greedy: bool
+    scaled: bool
 
     @classmethod
     def build(cls, params: Sequence[SamplingParams], vocab_size: int, device: torch.device) -> RowParams:
@@ -65,7 +69,58 @@ class RowParams:
             greedy=torch.tensor([p.temperature == 0 for p in params], dtype=torch.bool, device=device),
             any_filter=any(k < vocab_size or p.top_p < 1.0 for k, p in zip(ks, params, strict=True)),
             all_greedy=all(p.temperature == 0 for p in params),
+            any_greedy=any(p.temperature == 0 for p in params),
+            scaled=any(t != 1.0 for t in temps),
         )
+
+    def select(self, index: torch.Tensor) -> RowParams:
+        """The parameters of rows ``index`` (e.g. one entry per tree position of a verify step).
+
+        Args:
+            index: ``(K,)`` int64 row indices, on the parameters' device.
+
+        Returns:
+            Parameters of ``K`` rows.
+        """
+        return RowParams(
+            temperature=self.temperature[index],
+            top_k=self.top_k[index],
+            top_p=self.top_p[index],
+            greedy=self.greedy[index],
+            any_filter=self.any_filter,
+            all_greedy=self.all_greedy,
+            any_greedy=self.any_greedy,
+            scaled=self.scaled,
+        )
+
+
+def processed_logits(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
+    """Unnormalised log-probabilities of each row's sampling distribution (temperature, top-k, top-p).
+
+    Args:
+        logits: ``(B, V)`` or ``(B, T, V)`` raw logits (``T`` shares the row's parameters).
+        rows: Parameters of the ``B`` rows.
+
+    Returns:
+        Same shape as ``logits``, float32; filtered-out tokens are ``-inf``. Normalising them
+        (``log_softmax``) gives :func:`processed_logprobs`.
+    """
+    x = logits.float()
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    if rows.scaled:
+        x = x / rows.temperature.view(shape)
+    if rows.any_filter:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        rank = torch.arange(x.shape[-1], device=x.device)
+        keep = rank < rows.top_k.view(shape)  # top-k: the k best ranks
+        sorted_x = sorted_x.masked_fill(~keep, float("-inf"))
+        probs = sorted_x.softmax(dim=-1)
+        # top-p on the renormalised top-k distribution: keep a token while the mass ranked above it
+        # is below top_p (so the best token is always kept).
+        mass_before = probs.cumsum(dim=-1) - probs
+        sorted_x = sorted_x.masked_fill(mass_before >= rows.top_p.view(shape), float("-inf"))
+        x = torch.empty_like(x).scatter_(-1, order, sorted_x)
+    return x
 
 
 def processed_logprobs(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
@@ -78,71 +133,46 @@ def processed_logprobs(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
     Returns:
         Same shape as ``logits``, float32; filtered-out tokens are ``-inf``.
     """
-    x = logits.float()
-    shape = (-1,) + (1,) * (x.dim() - 1)
-    x = x / rows.temperature.view(shape)
-    if rows.any_filter:
-        sorted_x, order = x.sort(dim=-1, descending=True)
-        rank = torch.arange(x.shape[-1], device=x.device)
-        keep = rank < rows.top_k.view(shape)  # top-k: the k best ranks
-        sorted_x = sorted_x.masked_fill(~keep, float("-inf"))
-        probs = sorted_x.softmax(dim=-1)
-        # top-p on the renormalised top-k distribution: keep a token while the mass ranked above it
-        # is below top_p (so the best token is always kept).
-        mass_before = probs.cumsum(dim=-1) - probs
-        sorted_x = sorted_x.masked_fill(mass_before >= rows.top_p.view(shape), float("-inf"))
-        x = torch.empty_like(x).scatter_(-1, order, sorted_x)
-    return x.log_softmax(dim=-1)
+    return processed_logits(logits, rows).log_softmax(dim=-1)
 
 
-def draw(
-    logprobs: torch.Tensor, logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
-) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw a token from each processed distribution by inverse CDF (argmax for greedy rows).
 
     Works on one distribution per row (``(B, V)``) or several (``(B, T, V)``, e.g. the nodes of a
-    draft tree, all sharing the row's parameters and each with its own uniform).
+    draft tree, all sharing the row's parameters and each with its own uniform). A sampled row
+    costs one pass for the max, one for ``exp`` (shared by the draw and the normaliser), one
+    cumulative sum and a binary search: this runs at every position of every decode step.
 
     Args:
-        logprobs: ``(B, V)`` or ``(B, T, V)`` from :func:`processed_logprobs`.
-        logits: The raw logits they came from (greedy rows take their argmax).
+        logits: ``(B, V)`` or ``(B, T, V)`` raw logits.
         rows: Parameters of the ``B`` rows.
         uniforms: ``(B,)`` or ``(B, T)`` uniforms in ``[0, 1)`` (ignored for greedy rows; may be
             ``None`` when every row is greedy).
 
     Returns:
-        ``(B,)`` or ``(B, T)`` int64 tokens.
+        ``(tokens, token logprobs)``, shaped like ``logits`` without ``V``: int64 tokens and their
+        float32 logprobs under the processed distribution.
     """
-    greedy_tokens = logits.argmax(dim=-1)
+    x = processed_logits(logits, rows)
+    top, best = x.max(dim=-1, keepdim=True)  # (..., 1): the mode, which greedy rows take
     if rows.all_greedy or uniforms is None:
-        return greedy_tokens
-    cdf = logprobs.exp().cumsum(dim=-1)  # (..., V)
+        tokens = best[..., 0]
+        return tokens, -(x - top).exp().sum(dim=-1).log()
+    cdf = (x - top).exp().cumsum(dim=-1)  # (..., V), unnormalised
+    total = cdf[..., -1]
     # Scale u by the total mass so rounding in the cumsum can never push u past the end; with
     # `right=True` the first cdf entry strictly above u is a token of non-zero probability.
-    target = uniforms.to(cdf.dtype) * cdf[..., -1]
-    drawn = torch.searchsorted(cdf, target[..., None], right=True).squeeze(-1)
-    # If u * total rounds up to total, searchsorted runs off the end: fall back to the last
-    # token of non-zero probability (the first index where the cdf reaches its total).
-    drawn = torch.minimum(drawn, (cdf < cdf[..., -1:]).sum(dim=-1))
-    greedy = rows.greedy.view((-1,) + (1,) * (drawn.dim() - 1))
-    return torch.where(greedy, greedy_tokens, drawn)
-
-
-def sample(
-    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw one token per row.
-
-    Args:
-        logits: ``(B, V)`` raw logits.
-        rows: Parameters of the rows.
-        uniforms: ``(B,)`` uniforms in ``[0, 1)``, one per row (ignored for greedy rows; may be
-            ``None`` when every row is greedy).
-
-    Returns:
-        ``(tokens (B,) int64, token logprobs (B,) float32, logprobs (B, V))``.
-    """
-    logprobs = processed_logprobs(logits, rows)  # (B, V)
-    tokens = draw(logprobs, logits, rows, uniforms)
-    token_logprobs = logprobs.gather(-1, tokens[:, None]).squeeze(1)
-    return tokens, token_logprobs, logprobs
+    drawn = torch.searchsorted(cdf, (uniforms.to(cdf.dtype) * total)[..., None], right=True)[..., 0]
+    over = drawn >= x.shape[-1]
+    if bool(over.any()):
+        # u * total rounded up to total: take the last token of non-zero probability (the first
+        # index where the cdf reaches its total). Rare, so only those rows pay the extra pass.
+        drawn = torch.where(over, (cdf < total[..., None]).sum(dim=-1), drawn)
+    if bool(rows.any_greedy):
+        greedy = rows.greedy.view((-1,) + (1,) * (drawn.dim() - 1))
+        drawn = torch.where(greedy, best[..., 0], drawn)
+    token_logprobs = x.gather(-1, drawn[..., None])[..., 0] - top[..., 0] - total.log()
+    return drawn, token_logprobs

@@ -235,7 +235,7 @@ class Scheduler:
                 ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
             )  # (k, V)
             rows = RowParams.build([s.request.params for s in group], self.model.config.vocab_size, device)
-            tokens, logprobs, _ = sample(logits, rows, self._uniforms(group, rows))
+            tokens, logprobs = sample(logits, rows, self._uniforms(group, rows))
         except Exception as exc:  # isolate: only this prefill group fails
             log.exception("prefill failed")
             for s in group:
@@ -291,7 +291,7 @@ class Scheduler:
         bias = decode_bias(lengths_t, length, self.model.dtype)  # (B, 1, 1, L)
         logits = self.model.forward(ids, positions, self.cache, 0, positions, bias)[:, 0]  # (B, V)
         rows = self._params()
-        tokens, logprobs, _ = sample(logits, rows, self._uniforms(self.rows, rows))
+        tokens, logprobs = sample(logits, rows, self._uniforms(self.rows, rows))
         sync(device)
         out = [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
         self.counters.add_time(forward=time.perf_counter() - start)

@@ -5,8 +5,8 @@ it asks the cost model (:mod:`srt_agent.spec.budget`) how many draft tokens each
 fetches the drafts, and, if any survive the cost model, runs ONE forward over all rows: per row the
 last committed token (the tree's root, not yet in the KV cache) followed by its draft nodes, with
 the tree attention mask and depth-based positions of :func:`~srt_agent.engine.kv_cache.tree_bias`.
-Target tokens are drawn at every tree position at once (:func:`~srt_agent.spec.verify.draw_targets`)
-and each row's tree is walked with the exact acceptance rule (:func:`~srt_agent.spec.verify.accept`).
+Each row's tree is then walked with the exact acceptance rule (:class:`~srt_agent.spec.verify.TreeWalk`),
+drawing target tokens depth by depth only where the walks go.
 The scheduler commits the emitted tokens and compacts the KV cache to the accepted path.
 
 It also reports every committed token to the draft source (``extend``) and every ended sequence
@@ -25,13 +25,13 @@ import torch
 
 from srt_agent.engine.kv_cache import KVCache, causal_bias, tree_bias
 from srt_agent.engine.llama import CausalLM
-from srt_agent.engine.sampling import RowParams
+from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import SequenceState
 from srt_agent.spec.budget import CostModel
 from srt_agent.spec.config import SpecConfig
 from srt_agent.spec.draft import EMPTY_DRAFT, DraftSourceProtocol, DraftTree
 from srt_agent.spec.stats import SpecCounters
-from srt_agent.spec.verify import accept, draw_targets
+from srt_agent.spec.verify import TreeWalk
 
 log = logging.getLogger(__name__)
 
@@ -252,36 +252,52 @@ class Speculator:
         )
         bias, positions = tree_bias(prefix, parents, length, self.model.dtype)  # (B, 1, T, L), (B, T)
         write = torch.tensor(prefix, dtype=torch.long)[:, None] + torch.arange(width)[None, :]  # (B, T)
-        positions_d = positions.to(device)
-        logits = self.model.forward(
-            ids.to(device), positions_d, self.cache, 0, write.to(device), bias.to(device)
-        )  # (B, T, V)
+        hidden = self.model.forward(
+            ids.to(device),
+            positions.to(device),
+            self.cache,
+            0,
+            write.to(device),
+            bias.to(device),
+            hidden_only=True,
+        ).view(len(rows) * width, -1)  # (B * T, E)
         sync(device)
         forwarded = time.perf_counter()
-        uniforms = None
-        if not params.all_greedy:
-            # A position at depth d draws with the request's d-th next uniform: the d-th token this
-            # step emits uses the uniform plain decoding would have used for it.
-            table = torch.tensor(
-                [s.peek_uniforms(width) if s.request.params.temperature > 0 else [0.0] * width for s in rows],
-                dtype=torch.float32,
-            )  # (B, T) by depth
-            depth = (positions - torch.tensor(prefix)[:, None]).clamp(max=width - 1)  # (B, T)
-            uniforms = table.gather(1, depth).to(device)
-        targets, token_logprobs = draw_targets(logits, params, uniforms)
-        target_rows, logprob_rows = targets.tolist(), token_logprobs.tolist()
+        sampled = not params.all_greedy
+        # Per row the uniforms of its next `width` tokens: the token at depth d of the accepted
+        # path is drawn with the d-th, the uniform plain decoding would have used for it.
+        table = [
+            s.peek_uniforms(width) if sampled and s.request.params.temperature > 0 else [0.0] * width
+            for s in rows
+        ]
+        walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
+        logprob_rows: list[list[float]] = [[] for _ in rows]
+        # Draw depth by depth, only at the positions the walks reach: the LM head and sampling run
+        # once per emitted token, however wide the trees (a leaf's walk always ends).
+        active = list(range(len(rows)))
+        while active:
+            at = torch.tensor([b * width + walks[b].position for b in active], device=device)
+            index = torch.tensor(active, device=device)
+            uniforms = (
+                torch.tensor([table[b][len(walks[b].tokens)] for b in active], device=device)
+                if sampled
+                else None
+            )
+            tokens, logprobs = sample(self.model.head(hidden[at]), params.select(index), uniforms)
+            going = []
+            for b, token, logprob in zip(active, tokens.tolist(), logprobs.tolist(), strict=True):
+                logprob_rows[b].append(logprob)
+                if walks[b].advance(token):
+                    going.append(b)
+            active = going
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
-        for seq, draft, tgt, lps in zip(rows, drafts, target_rows, logprob_rows, strict=True):
-            verdict = accept(draft.token_ids, draft.parents, tgt[: len(draft) + 1])
+        for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
+            verdict = walk.verdict()
             if seq.request.params.temperature > 0:
                 seq.skip_uniforms(len(verdict.tokens))
             kept = [0, *(j + 1 for j in verdict.accepted)]
-            emitted.append(
-                Emitted(
-                    list(verdict.tokens), [lps[p] for p in verdict.positions], kept if len(kept) > 1 else None
-                )
-            )
+            emitted.append(Emitted(list(verdict.tokens), lps, kept if len(kept) > 1 else None))
             accepted.append(verdict.accepted)
             if draft:
                 runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])

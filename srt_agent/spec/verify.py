@@ -12,20 +12,18 @@ mass on the argmax: a child is accepted iff it is the argmax.
 The ``d``-th token a verify step emits (``d = 0, 1, ...``) is drawn from the distribution at depth
 ``d`` of the accepted path with the ``d``-th next uniform of the request's private stream, exactly
 the uniform plain decoding would have used for that token. So a seeded request emits the same
-tokens with or without speculation (up to float rounding of the logits), and the draws of all
-nodes can be made up front in one vectorised op (:func:`draw_targets`): node ``j`` at depth
-``d(j)`` (the root, i.e. the last committed token, at depth 0) gets the uniform ``u[d(j)]``. The
-tree walk (:func:`accept`) then only compares token ids.
+tokens with or without speculation (up to float rounding of the logits). The draw at node ``j``
+(depth ``d(j)``, the root, i.e. the last committed token, at depth 0) depends only on the node's
+distribution and the uniform ``u[d(j)]``, so it does not matter when it is made: :func:`accept`
+takes draws made up front at every node, while the engine's verifier (:class:`TreeWalk`) draws
+only at the nodes the walk reaches, depth by depth, so the LM head and the sampling run once per
+emitted token rather than once per drafted one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
-
-from srt_agent.engine.sampling import RowParams, draw, processed_logprobs
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,48 @@ class Verdict:
     positions: tuple[int, ...]
 
 
+class TreeWalk:
+    """The acceptance rule applied one draw at a time, for a verifier that draws lazily.
+
+    Start at the root (position 0); :meth:`advance` with the token drawn from the target
+    distribution at :attr:`position`. The walk descends while the token is a drafted child and
+    ends at the first token that is not (that token is still emitted).
+
+    Args:
+        token_ids: Token of each draft node.
+        parents: Parent of each draft node (``-1``: a child of the root); siblings are distinct.
+    """
+
+    def __init__(self, token_ids: Sequence[int], parents: Sequence[int]) -> None:
+        self._child = {
+            (parent, tok): j for j, (tok, parent) in enumerate(zip(token_ids, parents, strict=True))
+        }
+        self._node = -1
+        self.accepted: list[int] = []
+        self.tokens: list[int] = []
+        self.positions: list[int] = []
+
+    @property
+    def position(self) -> int:
+        """The tree position whose distribution the next token is drawn from."""
+        return self._node + 1
+
+    def advance(self, token: int) -> bool:
+        """Emit ``token`` (drawn at :attr:`position`); whether the walk goes on (it was drafted)."""
+        self.tokens.append(token)
+        self.positions.append(self._node + 1)
+        nxt = self._child.get((self._node, token))
+        if nxt is None:  # not drafted here (or a leaf was reached): the token is the last one
+            return False
+        self.accepted.append(nxt)
+        self._node = nxt
+        return True
+
+    def verdict(self) -> Verdict:
+        """The accepted path and emitted tokens so far."""
+        return Verdict(tuple(self.accepted), tuple(self.tokens), tuple(self.positions))
+
+
 def accept(token_ids: Sequence[int], parents: Sequence[int], targets: Sequence[int]) -> Verdict:
     """Walk a draft tree with the target tokens drawn at every position (the acceptance rule).
 
@@ -53,7 +93,7 @@ def accept(token_ids: Sequence[int], parents: Sequence[int], targets: Sequence[i
         token_ids: Token of each draft node.
         parents: Parent of each draft node (``-1``: a child of the root); siblings are distinct.
         targets: ``len(token_ids) + 1`` tokens: ``targets[0]`` drawn from the target distribution
-            at the root, ``targets[j + 1]`` from the one after node ``j`` (see :func:`draw_targets`).
+            at the root, ``targets[j + 1]`` from the one after node ``j``.
 
     Returns:
         The accepted path and the emitted tokens.
@@ -63,38 +103,7 @@ def accept(token_ids: Sequence[int], parents: Sequence[int], targets: Sequence[i
     """
     if len(targets) != len(token_ids) + 1:
         raise ValueError(f"need one target per tree position: {len(token_ids) + 1}, got {len(targets)}")
-    child = {(parent, tok): j for j, (tok, parent) in enumerate(zip(token_ids, parents, strict=True))}
-    accepted: list[int] = []
-    tokens: list[int] = []
-    positions: list[int] = []
-    node = -1
-    while True:
-        position = node + 1
-        y = targets[position]
-        tokens.append(y)
-        positions.append(position)
-        nxt = child.get((node, y))
-        if nxt is None:  # y is not drafted here (or a leaf was reached): y is the last token
-            return Verdict(tuple(accepted), tuple(tokens), tuple(positions))
-        accepted.append(nxt)
-        node = nxt
-
-
-def draw_targets(
-    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw the target token at every tree position of every row, in one vectorised pass.
-
-    Args:
-        logits: ``(B, T, V)`` raw logits of the verify forward (position 0 is the root).
-        rows: Sampling parameters of the ``B`` rows.
-        uniforms: ``(B, T)``: the uniform of each position (the request's uniform for the
-            position's depth); ``None`` when every row is greedy.
-
-    Returns:
-        ``(targets (B, T) int64, logprobs (B, T) float32)``: the drawn token at each position and
-        its logprob under the processed target distribution (the logprob to record if emitted).
-    """
-    logprobs = processed_logprobs(logits, rows)  # (B, T, V)
-    targets = draw(logprobs, logits, rows, uniforms)  # (B, T)
-    return targets, logprobs.gather(-1, targets[..., None])[..., 0]
+    walk = TreeWalk(token_ids, parents)
+    while walk.advance(targets[walk.position]):
+        pass
+    return walk.verdict()
