@@ -172,6 +172,30 @@ def test_stop_token_inside_an_accepted_path(model_dir: Path, plain: TorchEngine)
     assert source.streams["s"] == list(out.token_ids) and source.finished == {"s"}
 
 
+def test_next_turn_reuses_the_kept_path_of_the_verify_step_that_ended_a_turn(
+    model_dir: Path, plain: TorchEngine
+) -> None:
+    """A turn that ends inside an accepted path parks that path too (compacted, capped at the stop),
+    so the next turn prefills only its new tokens; both turns still match plain decoding."""
+    p1 = _prompt(7, 40)
+    free = plain.generate([_req("t1", p1, temperature=0.0, max_new_tokens=30)])[0]
+    stop_tok = free.token_ids[5]
+    turn1 = _req("t1", p1, temperature=0.0, max_new_tokens=30, stop_token_ids=(stop_tok,))
+    ref1 = plain.generate([turn1])[0]
+    turn2 = _req("t2", p1 + ref1.token_ids + _prompt(8, 9), temperature=1.0, seed=5, max_new_tokens=20)
+    ref2 = plain.generate([turn2])[0]
+    with _spec_engine(model_dir, Replay({"t1": free.token_ids, "t2": ref2.token_ids})) as eng:
+        out1 = eng.generate([turn1])[0]
+        before = eng.stats().prefix_tokens_reused
+        out2 = eng.generate([turn2])[0]
+        reused = eng.stats().prefix_tokens_reused - before
+    assert out1.forward_passes == 2  # the prefill, then one verify step that ended the turn
+    for out, ref in ((out1, ref1), (out2, ref2)):
+        assert out.token_ids == ref.token_ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
+    assert reused == len(p1) + len(out1.token_ids)  # the stop token's key/value included
+
+
 def test_stop_string_inside_an_accepted_path(model_dir: Path, plain: TorchEngine) -> None:
     tok = plain.tokenizer
     assert tok is not None

@@ -239,3 +239,34 @@ def test_next_steps_prompts_are_announced_to_a_scheduler_that_takes_them(
     # During step s the scheduler hears step s + 1's episodes; nothing after the last step.
     assert heard == [[e.episode_id for e in step_episodes(cfg, s)] for s in (2, 3)]
     assert trainer.state.announced
+
+
+def test_an_update_raises_rewarded_episodes_and_lowers_punished_ones(model_dir: Path, tmp_path: Path) -> None:
+    """The sign of the whole learning path (collate, loss, optimizer): one update with advantage +1
+    on one episode and -1 on another must make the first more likely and the second less."""
+    cfg = tiny_config(model_dir, tmp_path / "run", optim={"lr": 1e-2, "warmup_steps": 0})
+    trainer = Trainer(cfg)
+    try:
+        trajectories = [
+            t for t in trainer.rollouts.rollout(step_episodes(cfg, 1)).trajectories if t.status != "failed"
+        ]
+        up, down = trajectories[0], trajectories[1]
+
+        def score(t: Any) -> float:
+            prompt_len = t.loss_mask.index(1)
+            lp = teacher_forced(
+                trainer.policy, tuple(t.token_ids[:prompt_len]), tuple(t.token_ids[prompt_len:])
+            )
+            mask = torch.tensor(t.loss_mask[prompt_len:], dtype=torch.float32)
+            return float((lp * mask).sum())
+
+        before = score(up), score(down)
+        prep = trainer.learner.prepare([up, down])
+        sign = torch.tensor([[1.0], [-1.0]])
+        prep = type(prep)(**{**prep.__dict__, "advantages": sign * prep.batch.loss_mask.float()})
+        trainer.learner.update(prep)
+        after = score(up), score(down)
+        assert after[0] > before[0] + 1e-3, (before, after)
+        assert after[1] < before[1] - 1e-3, (before, after)
+    finally:
+        trainer.close()

@@ -249,7 +249,9 @@ class Scheduler:
         self.prefill_forwards += 1
         self.counters.add(prefill_forwards=1)
         self._finish_step(
-            row_start, [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
+            row_start,
+            [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)],
+            prefill=True,
         )
 
     def _decode(self) -> None:
@@ -297,7 +299,7 @@ class Scheduler:
         self.counters.add_time(forward=time.perf_counter() - start)
         return out
 
-    def _finish_step(self, row_start: int, emitted: Sequence[Emitted]) -> None:
+    def _finish_step(self, row_start: int, emitted: Sequence[Emitted], *, prefill: bool = False) -> None:
         """Commit each row's tokens (up to a stop), free finished rows, then deliver them."""
         done: list[int] = []
         results: list[_Result] = []
@@ -315,9 +317,10 @@ class Scheduler:
                 self.speculator.report(seq, new)
             if finished:
                 done.append(row)
-                # Positions before this step are valid (a verify step's tree is not compacted for
-                # a finished row): park them for a later prompt that shares the prefix.
-                self._park(seq, row, prefix)
+                # Park what the row holds for a later prompt that shares the prefix (the episode's
+                # next turn): the positions before this step, plus what this step wrote for tokens
+                # the sequence kept, so the next turn does not prefill them again.
+                self._park(seq, row, self._valid_after(seq, row, prefix, em, prefill))
             elif em.kept is not None:
                 # The row goes on: keep the root and the accepted nodes, contiguous (the last
                 # emitted token is not in the cache yet, as after a plain decode step).
@@ -327,6 +330,20 @@ class Scheduler:
         self._remove_rows(done)
         for seq, reason, stop, error in results:
             self._deliver(seq, reason, stop=stop, error=error)
+
+    def _valid_after(self, seq: SequenceState, row: int, prefix: int, em: Emitted, prefill: bool) -> int:
+        """Cache positions of a finished row that hold its tokens after this step (made contiguous).
+
+        A prefill step wrote the prompt only (``prefix``); a decode step also wrote the last token
+        before the step; a verify step wrote the root and the accepted nodes (compacted here). The
+        sequence may have stopped inside the accepted path, so the count is capped by its length.
+        """
+        if prefill:
+            return prefix
+        if em.kept is None:
+            return prefix + 1
+        self.cache.keep(row, prefix, em.kept)
+        return min(prefix + len(em.kept), len(seq.request.prompt_ids) + len(seq.tokens))
 
     def _commit(self, seq: SequenceState, em: Emitted, results: list[_Result]) -> bool:
         """Append ``em``'s tokens to ``seq`` one by one until one ends it; whether it ended."""
