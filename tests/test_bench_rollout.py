@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from rich.console import Console
 from test_rollout_support import save_tiny_llama
 from typer.testing import CliRunner
@@ -18,13 +16,7 @@ from srt_agent.cli import app
 from srt_agent.rollout.bench import CONFIGS, RolloutBenchConfig, run_rollout_bench
 from srt_agent.rollout.bench_report import bench_rollout, headline, markdown_table
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from srt_agent.engine.bench import bench_engine, run_engine_bench
 from srt_agent.engine.random_model import save_random_model
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
-    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_run_engine_bench_reports_both_systems(tmp_path: Path) -> None:

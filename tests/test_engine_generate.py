@@ -17,15 +17,7 @@ from srt_agent.engine.random_model import char_tokenizer, save_random_model
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.torch_engine import TorchEngine
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
-    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 VOCAB = 96

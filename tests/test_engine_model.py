@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,7 @@ from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.random_model import save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
-    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TOL = 1e-4

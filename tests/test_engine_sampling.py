@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from transformers.generation.logits_process import (
@@ -15,15 +13,7 @@ from transformers.generation.logits_process import (
 from srt_agent.engine.sampling import RowParams, processed_logprobs, sample
 from srt_agent.engine.types import SamplingParams
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
-    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 V = 50

@@ -19,15 +19,7 @@ from srt_agent.engine.types import GenerationOutput, GenerationRequest, Sampling
 from srt_agent.spec.config import SpecConfig
 from srt_agent.spec.draft import DraftTree
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    # Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine an
-    # OpenMP barrier waiting for a descheduled thread makes every op ~1000x slower.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 VOCAB = 96

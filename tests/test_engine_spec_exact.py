@@ -18,7 +18,7 @@ own seeds, so that its three tests are independent.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -32,13 +32,7 @@ from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.engine.types import GenerationRequest, SamplingParams
 from srt_agent.spec.config import SpecConfig
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 V = 8

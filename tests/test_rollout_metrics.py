@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
 
 from srt_agent.engine.types import GenerationRequest
@@ -26,12 +24,7 @@ from srt_agent.tool_parser import format_tool_call
 NAP_S = 0.2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from test_rollout_support import save_tiny_llama, tiny_format, turn_of
 
 from srt_agent.engine.torch_engine import TorchEngine
@@ -30,12 +28,7 @@ GUESS = "srt/GuessNumber-v0"
 CALL = format_tool_call("calculator", {"expression": "2 + 3"})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models gain nothing from threads on a busy 2-core machine
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,13 +11,7 @@ from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.types import SamplingParams
 from srt_agent.spec.verify import TreeWalk, Verdict, accept
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 CPU = torch.device("cpu")

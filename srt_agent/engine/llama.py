@@ -168,7 +168,6 @@ class CausalLM:
         write_positions: torch.Tensor,
         attn_bias: torch.Tensor,
         logit_index: torch.Tensor | None = None,
-        logit_rows: torch.Tensor | None = None,
         hidden_only: bool = False,
     ) -> torch.Tensor:
         """Run new tokens of rows ``row_start ..`` through the model, reading and extending the cache.
@@ -182,9 +181,6 @@ class CausalLM:
             attn_bias: ``(B, 1, T, L)`` additive bias (0 or -inf) over cache positions ``0 .. L-1``,
                 which must include the new tokens' write positions.
             logit_index: Optional ``(B,)``: compute logits only at this new-token index per row.
-            logit_rows: Optional ``(K,)`` indices into the ``B * T`` new tokens (row-major): compute
-                logits only there (a verify step skips its padding; the head is the widest
-                matmul of a small model).
             hidden_only: Return the final normed hidden states ``(B, T, E)`` instead of logits;
                 :meth:`head` turns any of them into logits (a verify step needs logits only
                 where its tree walk goes).
@@ -194,7 +190,7 @@ class CausalLM:
         have them) are clamped; their outputs are meaningless and must be ignored.
 
         Returns:
-            ``(B, T, V)`` logits, ``(B, V)`` with ``logit_index``, ``(K, V)`` with ``logit_rows``.
+            ``(B, T, V)`` logits, or ``(B, V)`` with ``logit_index``, or ``(B, T, E)`` with ``hidden_only``.
         """
         c = self.config
         b, t = input_ids.shape
@@ -235,9 +231,7 @@ class CausalLM:
             if layer.b_down is not None:
                 x = x + layer.b_down
         if logit_index is not None:
-            logit_rows = torch.arange(b, device=x.device) * t + logit_index  # (B,)
-        if logit_rows is not None:
-            x = x[logit_rows]  # (K, E)
+            x = x[torch.arange(b, device=x.device) * t + logit_index]  # (B, E)
             return self.head(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps))
         hidden = F.rms_norm(x, (e,), self.norm, c.rms_norm_eps)
         if hidden_only:

@@ -171,7 +171,7 @@ def sample(
         # u * total rounded up to total: take the last token of non-zero probability (the first
         # index where the cdf reaches its total). Rare, so only those rows pay the extra pass.
         drawn = torch.where(over, (cdf < total[..., None]).sum(dim=-1), drawn)
-    if bool(rows.any_greedy):
+    if rows.any_greedy:
         greedy = rows.greedy.view((-1,) + (1,) * (drawn.dim() - 1))
         drawn = torch.where(greedy, best[..., 0], drawn)
     token_logprobs = x.gather(-1, drawn[..., None])[..., 0] - top[..., 0] - total.log()
