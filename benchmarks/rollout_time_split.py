@@ -9,14 +9,18 @@ step functions with wall-clock timers. Per round and configuration it prints the
 tokens per forward, and the seconds and calls of each part; at the end the sums over rounds 1..
 (round 0 warms the caches up). Prefill token counts (real and padded) show what prefix reuse saved.
 Timers nest: ``step`` contains everything else, ``finish`` contains ``report``.
+``--max-draft-tokens`` caps the draft budget per row; ``--json PATH`` writes the sums over rounds
+1.. as ``{config}_{part}_s`` (parts: ``wall`` and the timers above).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,6 +74,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--configs", default="off,srt_no_runahead")
+    parser.add_argument("--max-draft-tokens", type=int, default=None, help="draft budget per row")
+    parser.add_argument("--json", type=Path, default=None, help="write the sums over rounds 1.. here")
     args = parser.parse_args()
     names = [c.strip() for c in args.configs.split(",")]
     for cls, name, key in (
@@ -85,7 +91,12 @@ def main() -> None:
     _count_prefill_tokens()
     torch.set_num_threads(args.threads)
     cfg = bench.RolloutBenchConfig(
-        default_model_dir(), envs=(args.env,), rounds=args.rounds, configs=tuple(names), threads=args.threads
+        default_model_dir(),
+        envs=(args.env,),
+        rounds=args.rounds,
+        configs=tuple(names),
+        threads=args.threads,
+        max_draft_tokens=args.max_draft_tokens,
     )
     fmt = ChatFormat.from_pretrained(cfg.model_dir)
     arms = [bench._make_arm(name, cfg, fmt) for name in names]
@@ -122,6 +133,10 @@ def main() -> None:
             f"rounds 1..{args.rounds - 1} {name:16s} "
             + " ".join(f"{k} {v:.2f}s" for k, v in parts_sum.items())
         )
+    if args.json is not None:
+        record = {f"{name}_{k}_s": v for name, parts_sum in sums.items() for k, v in parts_sum.items()}
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -270,3 +270,29 @@ def test_an_update_raises_rewarded_episodes_and_lowers_punished_ones(model_dir: 
         assert after[1] < before[1] - 1e-3, (before, after)
     finally:
         trainer.close()
+
+
+def test_backward_leaves_one_batchs_gradient_and_eps_reaches_adamw(model_dir: Path, tmp_path: Path) -> None:
+    """``Learner.backward`` (what an update applies, and what benchmarks/gradient_snr.py compares)
+    replaces the gradients rather than adding to them; ``optim.eps`` is AdamW's epsilon."""
+    cfg = tiny_config(model_dir, tmp_path / "run", optim={"eps": 1e-5})
+    trainer = Trainer(cfg)
+    try:
+        assert all(g["eps"] == 1e-5 for g in trainer.learner.optimizer.param_groups)
+        trajectories = [
+            t for t in trainer.rollouts.rollout(step_episodes(cfg, 1)).trajectories if t.status != "failed"
+        ]
+        prep = trainer.learner.prepare(trajectories)
+        signs = torch.tensor([[(-1.0) ** i] for i in range(len(trajectories))])  # the tiny env's rewards tie
+        prep = type(prep)(**{**prep.__dict__, "advantages": signs * prep.batch.loss_mask.float()})
+
+        def grads() -> torch.Tensor:
+            return torch.cat(list(trainer.learner.gradients().values()))
+
+        trainer.learner.backward(prep, range(len(trajectories)))
+        first = grads()
+        trainer.learner.backward(prep, range(len(trajectories)))
+        assert torch.isfinite(first).all() and float(first.norm()) > 0
+        torch.testing.assert_close(grads(), first)  # not 2x: each call starts from zero
+    finally:
+        trainer.close()

@@ -22,6 +22,16 @@ class OptimSection(Section):
         default=None, gt=0.0, le=1.0, description="Learning rate of the critic (gae; null: same as lr)."
     )
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas, each in [0, 1).")
+    eps: float = Field(
+        default=1e-8,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "AdamW epsilon. Raise it (e.g. 1e-5) when gradients are tiny and noisy, as in RL on a small "
+            "model: below it, a coordinate's update shrinks in proportion to its gradient instead of "
+            "taking a full lr-sized step."
+        ),
+    )
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0, description="AdamW decoupled weight decay.")
     warmup_steps: int = Field(default=0, ge=0, description="Optimizer updates of linear warmup from 0.")
     schedule: Schedule = Field(default="constant", description="Learning-rate decay after warmup.")

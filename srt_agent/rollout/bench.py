@@ -87,6 +87,8 @@ class RolloutBenchConfig:
         seed: Base of sampling seeds and of the weight drift.
         first_env_seed: Env seed of the first task.
         configs: Configurations to run (``off`` is always run: it is every ratio's reference).
+        max_draft_tokens: Draft budget per row of the speculating configurations (``None``: the
+            :class:`~srt_agent.spec.config.SpecConfig` default).
     """
 
     model_dir: Path
@@ -105,6 +107,7 @@ class RolloutBenchConfig:
     seed: int = 0
     first_env_seed: int = 0
     configs: tuple[str, ...] = CONFIGS
+    max_draft_tokens: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.configs if c not in CONFIGS]
@@ -177,6 +180,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     from srt_agent.engine.checkpoint import read_config
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.rollout.bench_peers import HFEngine, UselessDrafts, register_latency_env
+    from srt_agent.spec.config import SpecConfig
     from srt_agent.spec.tree_cache import TreeCache
 
     engine: Engine
@@ -190,7 +194,11 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             source = UselessDrafts(read_config(config.model_dir).vocab_size, seed=config.seed)
         elif name != "off":
             source = TreeCache()
-        engine = TorchEngine(config.model_dir, max_batch_size=config.max_batch_size, draft_source=source)
+        cap = config.max_draft_tokens
+        spec = None if cap is None else SpecConfig(max_draft_tokens=cap)
+        engine = TorchEngine(
+            config.model_dir, max_batch_size=config.max_batch_size, draft_source=source, spec=spec
+        )
     rollout = RolloutConfig(
         max_concurrent=config.max_batch_size,
         temperature=config.temperature,

@@ -237,11 +237,27 @@ class Learner:
             stats["kl"] = float(masked_mean(kl, prep.batch.loss_mask))
         return stats
 
-    def _update_one(
-        self, prep: PreparedBatch, rows: list[int], acc: _Accumulator, record_mismatch: bool
+    def backward(
+        self,
+        prep: PreparedBatch,
+        rows: Sequence[int],
+        acc: _Accumulator | None = None,
+        record_mismatch: bool = False,
     ) -> None:
+        """Zero the gradients, then accumulate the loss gradient of the mini-batch ``rows`` of ``prep``.
+
+        The parameters' ``.grad`` then hold exactly the gradient one optimizer update would apply
+        (before clipping). :meth:`update` uses it; so does ``benchmarks/gradient_snr.py``, which
+        compares the gradients of independent batches.
+
+        Args:
+            prep: A prepared batch.
+            rows: The rows of the mini-batch.
+            acc: Where to add the loss statistics (default: dropped).
+            record_mismatch: Record ``logprob_mismatch`` (the first mini-batch of a step).
+        """
         cfg = self.cfg
-        mask = prep.batch.loss_mask[torch.tensor(rows)]
+        mask = prep.batch.loss_mask[torch.tensor(list(rows))]
         agg = Aggregation(
             cfg.algo.loss_agg,
             norm_tokens=cfg.loss_norm_tokens,
@@ -255,7 +271,22 @@ class Learner:
                 out = self.policy(mb.token_ids, mb.attention_mask, mb.loss_mask)
             result = micro_loss(out, mb, cfg, agg)
             result.loss.backward()  # type: ignore[no-untyped-call]
-            acc.add_micro(result.parts, result.means, result.ratio_max, mb.num_tokens, record_mismatch)
+            if acc is not None:
+                acc.add_micro(result.parts, result.means, result.ratio_max, mb.num_tokens, record_mismatch)
+
+    def gradients(self) -> dict[str, Tensor]:
+        """The current gradient of each trainable LM parameter, flattened (zeros where it has none)."""
+        return {
+            name: torch.zeros_like(p).flatten() if p.grad is None else p.grad.flatten()
+            for name, p in self.policy.lm.named_parameters()
+            if p.requires_grad
+        }
+
+    def _update_one(
+        self, prep: PreparedBatch, rows: list[int], acc: _Accumulator, record_mismatch: bool
+    ) -> None:
+        cfg = self.cfg
+        self.backward(prep, rows, acc, record_mismatch)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else math.inf
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip))

@@ -53,5 +53,5 @@ def build_optimizer(policy: Policy, cfg: RunConfig) -> tuple[torch.optim.AdamW, 
     groups: list[dict[str, object]] = [{"params": [p for p in policy.lm.parameters() if p.requires_grad]}]
     if policy.value_head is not None:
         groups.append({"params": list(policy.value_head.parameters()), "lr": o.critic_lr or o.lr})
-    optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
     return optimizer, LambdaLR(optimizer, lr_factor(cfg))
