@@ -37,13 +37,18 @@ import torch
 
 from srt_agent.config import load_config
 from srt_agent.train.tasks import step_episodes
-from srt_agent.train.trainer import Trainer
+from srt_agent.train.trainer import Trainer, trainable_episodes
+
+
+def _energies(g: torch.Tensor) -> tuple[float, float]:
+    """``(|mu|^2, E|g|^2)`` estimated from the rows of ``g`` (one batch's gradient each)."""
+    pairs = list(itertools.combinations(range(len(g)), 2))
+    mu2 = sum(float(g[i] @ g[j]) for i, j in pairs) / len(pairs)
+    return mu2, float((g * g).sum(dim=1).mean())
 
 
 def _signal_fraction(g: torch.Tensor) -> float:
-    pairs = list(itertools.combinations(range(len(g)), 2))
-    mu2 = sum(float(g[i] @ g[j]) for i, j in pairs) / len(pairs)
-    total = float((g * g).sum(dim=1).mean())
+    mu2, total = _energies(g)
     return mu2 / total if total > 0 else 0.0
 
 
@@ -55,13 +60,12 @@ def _stats(grads: list[torch.Tensor], episodes: float) -> dict[str, float]:
     loo = [_signal_fraction(torch.cat([g[:i], g[i + 1 :]])) for i in range(k)]
     mean_loo = sum(loo) / k
     stderr = math.sqrt((k - 1) / k * sum((x - mean_loo) ** 2 for x in loo))
-    pairs = list(itertools.combinations(range(len(grads)), 2))
-    mu2 = sum(float(g[i] @ g[j]) for i, j in pairs) / len(pairs)
-    total = float((g * g).sum(dim=1).mean())
+    mu2, total = _energies(g)
+    pairs = itertools.combinations(range(k), 2)
     cosines = [float(torch.nn.functional.cosine_similarity(g[i], g[j], dim=0)) for i, j in pairs]
     noise = max(total - mu2, 0.0)
     return {
-        "signal_fraction": mu2 / total if total > 0 else 0.0,
+        "signal_fraction": _signal_fraction(g),
         "signal_fraction_stderr": stderr,
         "episodes_for_snr1": episodes * noise / mu2 if mu2 > 0 else float("inf"),
         "mean_cosine": sum(cosines) / len(cosines),
@@ -89,7 +93,7 @@ def main() -> None:
             rewards, episodes = [], []
             for step in range(1, args.batches + 1):
                 batch = trainer.rollouts.rollout(step_episodes(cfg, step))
-                trained = [x for x in batch.trajectories if x.status != "failed" and x.generated_tokens > 0]
+                trained = trainable_episodes(batch.trajectories)
                 prep = trainer.learner.prepare(trained)
                 trainer.learner.backward(prep, range(len(trained)))
                 flat = trainer.learner.gradients()

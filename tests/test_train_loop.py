@@ -15,12 +15,14 @@ import pytest
 import torch
 from train_fixtures import save_tiny_policy, tiny_config
 
+from srt_agent.config import RunConfig
 from srt_agent.engine import GenerationRequest, SamplingParams
 from srt_agent.learn import Aggregation
 from srt_agent.registration import register_env, registered_envs
+from srt_agent.rollout.trajectory import Trajectory
 from srt_agent.testing import GenericTestEnv
 from srt_agent.train import Trainer
-from srt_agent.train.learner import micro_batches
+from srt_agent.train.learner import PreparedBatch, micro_batches
 from srt_agent.train.objective import micro_loss
 from srt_agent.train.optim import lr_factor
 from srt_agent.train.policy import Policy
@@ -54,6 +56,27 @@ if "test/Flaky-v0" not in registered_envs():
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
+
+
+def _one_step(cfg: RunConfig) -> dict[str, Any]:
+    """Train ``cfg`` (one step) and return that step's metrics record."""
+    trainer = Trainer(cfg)
+    try:
+        (step,) = [r for r in trainer.run() if r["kind"] == "step"]
+    finally:
+        trainer.close()
+    return step
+
+
+def _first_step_episodes(trainer: Trainer, cfg: RunConfig) -> list[Trajectory]:
+    """The episodes of step 1, rolled out by ``trainer``, failed ones left out."""
+    return [t for t in trainer.rollouts.rollout(step_episodes(cfg, 1)).trajectories if t.status != "failed"]
+
+
+def _with_advantages(prep: PreparedBatch, per_row: list[float]) -> PreparedBatch:
+    """``prep`` with each row's advantage set to ``per_row[row]`` on every sampled token."""
+    advantages = torch.tensor([[a] for a in per_row]) * prep.batch.loss_mask.float()
+    return type(prep)(**{**prep.__dict__, "advantages": advantages})
 
 
 def teacher_forced(policy: Policy, prompt: tuple[int, ...], tokens: tuple[int, ...]) -> torch.Tensor:
@@ -118,11 +141,7 @@ def test_crashing_episodes_are_counted_and_left_out_while_the_step_goes_on(
         model_dir, tmp_path / "run", env={"id": "test/Flaky-v0"}, rollout={"prompts_per_step": 3, "n": 4},
         trainer={"steps": 1},
     )  # fmt: skip
-    trainer = Trainer(cfg)
-    try:
-        (step,) = [r for r in trainer.run() if r["kind"] == "step"]
-    finally:
-        trainer.close()
+    step = _one_step(cfg)
     assert 0 < step["failed"] < step["episodes"]
     assert step["trained_episodes"] == step["episodes"] - step["failed"]
     assert step["updates"] == 1 and step["grad_norm"] > 0 and math.isfinite(step["pg_loss"])
@@ -136,11 +155,7 @@ def test_dynamic_sampling_refills_and_trains_on_informative_groups_only(
         algo={"estimator": "grpo", "dynamic_sampling": {"enabled": True, "max_rounds": 3}},
         trainer={"steps": 1},
     )  # fmt: skip
-    trainer = Trainer(cfg)
-    try:
-        (step,) = [r for r in trainer.run() if r["kind"] == "step"]
-    finally:
-        trainer.close()
+    step = _one_step(cfg)
     assert 1 <= step["rounds"] <= 3 and step["episodes"] == 12 * step["rounds"]
     assert 0 < step["trained_episodes"] <= 12 and step["grad_norm"] > 0
 
@@ -247,9 +262,7 @@ def test_an_update_raises_rewarded_episodes_and_lowers_punished_ones(model_dir: 
     cfg = tiny_config(model_dir, tmp_path / "run", optim={"lr": 1e-2, "warmup_steps": 0})
     trainer = Trainer(cfg)
     try:
-        trajectories = [
-            t for t in trainer.rollouts.rollout(step_episodes(cfg, 1)).trajectories if t.status != "failed"
-        ]
+        trajectories = _first_step_episodes(trainer, cfg)
         up, down = trajectories[0], trajectories[1]
 
         def score(t: Any) -> float:
@@ -261,9 +274,7 @@ def test_an_update_raises_rewarded_episodes_and_lowers_punished_ones(model_dir: 
             return float((lp * mask).sum())
 
         before = score(up), score(down)
-        prep = trainer.learner.prepare([up, down])
-        sign = torch.tensor([[1.0], [-1.0]])
-        prep = type(prep)(**{**prep.__dict__, "advantages": sign * prep.batch.loss_mask.float()})
+        prep = _with_advantages(trainer.learner.prepare([up, down]), [1.0, -1.0])
         trainer.learner.update(prep)
         after = score(up), score(down)
         assert after[0] > before[0] + 1e-3, (before, after)
@@ -279,12 +290,9 @@ def test_backward_leaves_one_batchs_gradient_and_eps_reaches_adamw(model_dir: Pa
     trainer = Trainer(cfg)
     try:
         assert all(g["eps"] == 1e-5 for g in trainer.learner.optimizer.param_groups)
-        trajectories = [
-            t for t in trainer.rollouts.rollout(step_episodes(cfg, 1)).trajectories if t.status != "failed"
-        ]
-        prep = trainer.learner.prepare(trajectories)
-        signs = torch.tensor([[(-1.0) ** i] for i in range(len(trajectories))])  # the tiny env's rewards tie
-        prep = type(prep)(**{**prep.__dict__, "advantages": signs * prep.batch.loss_mask.float()})
+        trajectories = _first_step_episodes(trainer, cfg)
+        signs = [(-1.0) ** i for i in range(len(trajectories))]  # the tiny env's rewards tie
+        prep = _with_advantages(trainer.learner.prepare(trajectories), signs)
 
         def grads() -> torch.Tensor:
             return torch.cat(list(trainer.learner.gradients().values()))

@@ -256,7 +256,7 @@ class Trainer:
             record["baseline_rollout_s"] = base.seconds
             record["srt_speedup"] = base.seconds / max(got.first.seconds, 1e-9)
             record["baseline_token_match"] = token_match(got.first.trajectories, base.trajectories)
-        trainable = [x for x in got.train if x.status != "failed" and x.generated_tokens > 0]
+        trainable = trainable_episodes(got.train)
         record["trained_episodes"] = float(len(trainable))
         t1 = time.perf_counter()
         if trainable:
@@ -320,9 +320,14 @@ class _Collected:
     rounds: int
 
 
+def trainable_episodes(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The episodes a step can learn from: not failed, and with at least one generated token."""
+    return [x for x in trajectories if x.status != "failed" and x.generated_tokens > 0]
+
+
 def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
     """Dynamic sampling's filter: episodes of groups whose rewards differ (failed ones left out)."""
-    ok = [x for x in trajectories if x.status != "failed" and x.generated_tokens > 0]
+    ok = trainable_episodes(trajectories)
     if not ok:
         return []
     scores = torch.tensor([x.total_reward for x in ok])
