@@ -1,24 +1,41 @@
 """Micro-benchmark of the tree cache's hot path: µs per ``draft`` and per ``extend``.
 
-Run: ``python benchmarks/tree_cache_micro.py [--states 64 --group 8 --length 512 --budget 32]``.
+Run: ``python benchmarks/tree_cache_micro.py [--states 64 --group 8 --length 512 --budget 32]
+[--json PATH]``.
 
 The cache is filled with GRPO-like groups (samples share prefixes with earlier samples of their
 state and reuse common phrases), so each state's tree has thousands of nodes. Each call kind is
 then timed in a loop, single-threaded; the table also shows which source served the drafts and
 how many nodes they had, so a fast path that returns nothing cannot pass for a fast draft.
+``--json PATH`` writes the figures as one flat object: ``<call>_us`` per timed call kind (keys in
+:data:`CALLS`), ``insert_tokens_per_s``, ``nodes_per_state``, ``cache_mib`` and the settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 from srt_agent.spec import DraftTree, TreeCache
 
 Groups = list[tuple[str, str, list[list[int]]]]
+
+# Timed call kinds: JSON key -> table label.
+CALLS = {
+    "draft_exact_root": "draft exact, walk from root (64..448 tokens)",
+    "draft_exact_stream": "draft exact, stream head start (300 tokens)",
+    "draft_task_fallback": "draft task fallback (suffix match)",
+    "draft_global_fallback": "draft global fallback (suffix match)",
+    "draft_miss": "draft miss (nothing matches)",
+    "extend_new": "extend 1 token, new node",
+    "extend_existing": "extend 1 token, existing node",
+    "extend_existing8": "extend 8 tokens, existing nodes",
+}
 
 
 def make_groups(states: int, group: int, length: int, vocab: int, seed: int = 0) -> Groups:
@@ -66,6 +83,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32_000)
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here (flat JSON)")
     args = ap.parse_args()
 
     data = make_groups(args.states, args.group, args.length, args.vocab)
@@ -88,21 +106,21 @@ def main() -> None:
     b, n = args.budget, args.reps
     rows: list[tuple[str, float, str]] = []
 
-    def run(name: str, fn: Callable[[int], object]) -> None:
+    def run(key: str, fn: Callable[[int], object]) -> None:
         us, results = time_calls(fn, n)
-        rows.append((name, us, describe(results)))
+        rows.append((key, us, describe(results)))
 
     def exact_walk(i: int) -> object:  # no stream of this state: walk `generated` from the root
         (key, task, seqs), g, cut = picks[i % len(picks)]
         return cache.draft(key, task, (), seqs[g][:cut], b)
 
-    run("draft exact, walk from root (64..448 tokens)", exact_walk)
+    run("draft_exact_root", exact_walk)
 
     # The engine's pattern: a stream extended as it generates, drafted for at every step.
     key, task, seqs = data[0]
     cache.extend("bench", key, task, seqs[0][:300])
     gen = list(seqs[0][:300])
-    run("draft exact, stream head start (300 tokens)", lambda i: cache.draft(key, task, (), gen, b))
+    run("draft_exact_stream", lambda i: cache.draft(key, task, (), gen, b))
     cache.finish("bench")
 
     def task_fallback(i: int) -> object:  # a new state of a known task, mid-generation
@@ -113,13 +131,13 @@ def main() -> None:
         (_, _, seqs), g, cut = picks[i % len(picks)]
         return cache.draft("new-state", "new-task", (), seqs[g][cut - 20 : cut], b)
 
-    run("draft task fallback (suffix match)", task_fallback)
-    run("draft global fallback (suffix match)", global_fallback)
+    run("draft_task_fallback", task_fallback)
+    run("draft_global_fallback", global_fallback)
     misses = [[rng.randrange(args.vocab, 2 * args.vocab) for _ in range(20)] for _ in range(64)]
-    run("draft miss (nothing matches)", lambda i: cache.draft("new-state", "new-task", (), misses[i % 64], b))
+    run("draft_miss", lambda i: cache.draft("new-state", "new-task", (), misses[i % 64], b))
 
     fresh = [rng.randrange(args.vocab) for _ in range(n + 1)]
-    run("extend 1 token, new node", lambda i: cache.extend("fresh", "fresh-state", "task0", fresh[i : i + 1]))
+    run("extend_new", lambda i: cache.extend("fresh", "fresh-state", "task0", fresh[i : i + 1]))
     cache.finish("fresh")
     key, task, seqs = data[1]
     known = seqs[0]
@@ -128,18 +146,33 @@ def main() -> None:
         j = i % len(known)
         cache.extend(f"again{i - j}", key, task, known[j : j + 1])
 
-    run("extend 1 token, existing node", extend_known)
+    run("extend_existing", extend_known)
 
     def extend_known8(i: int) -> None:
         j = (8 * i) % 504  # 63 calls retrace the first 504 tokens, then a new stream starts over
         cache.extend(f"eight{8 * i - j}", key, task, known[j : j + 8])
 
-    run("extend 8 tokens, existing nodes", extend_known8)
+    run("extend_existing8", extend_known8)
 
     print(f"budget {b} nodes, {n} calls each")
-    for name, us, what in rows:
-        print(f"  {name:<46} {us:7.1f} µs   {what}")
+    for key, us, what in rows:
+        print(f"  {CALLS[key]:<46} {us:7.1f} µs   {what}")
     cache.check_integrity()
+    if args.json is not None:
+        record: dict[str, float | int] = {f"{key}_us": round(us, 2) for key, us, _ in rows}
+        record.update(
+            insert_tokens_per_s=round(stats.tokens_added / fill_s),
+            nodes_per_state=stats.nodes // stats.states,
+            cache_mib=round(stats.bytes / 2**20, 2),
+            states=args.states,
+            group=args.group,
+            length=args.length,
+            vocab=args.vocab,
+            budget=b,
+            reps=n,
+        )
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -235,3 +239,15 @@ def test_concurrent_callers_keep_the_cache_consistent() -> None:
     # without evictions (the small budget makes them likely under some thread interleavings).
     assert stats.tokens_added <= 3 * 300 * 2
     assert stats.evictions > 0 or stats.tokens_added == 3 * 300 * 2
+
+
+def test_micro_benchmark_writes_every_timed_call_to_json(tmp_path: Path) -> None:
+    """``benchmarks/tree_cache_micro.py --json`` records one ``<call>_us`` per timed call kind."""
+    out = tmp_path / "micro.json"
+    script = Path(__file__).parents[1] / "benchmarks" / "tree_cache_micro.py"
+    args = ["--states", "2", "--group", "2", "--length", "160", "--reps", "5", "--json", str(out)]
+    subprocess.run([sys.executable, str(script), *args], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    timed = {k for k in record if k.endswith("_us")}
+    assert len(timed) == 8 and all(record[k] > 0 for k in timed)
+    assert record["nodes_per_state"] > 0 and record["states"] == 2 and record["budget"] == 32
