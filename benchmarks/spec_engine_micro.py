@@ -19,7 +19,10 @@ sequences whose tokens equal ``off``'s: all of them, unless float rounding of th
 batched tree forward sums in another order than a one-token one) moves a seeded draw across a
 token boundary, which then changes the rest of that sequence (still an exact sample).
 
-Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda]``.
+Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda] [--json PATH]``.
+JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` with ``key`` one of
+``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
+``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``; and the settings.
 """
 
 from __future__ import annotations
