@@ -105,6 +105,7 @@ def test_context_limit_truncates_and_clamps_max_new_tokens() -> None:
     [traj] = run_rollouts(engine, fmt, [EpisodeSpec(SCRIPT_ENV, seed=0)], config)
     assert traj.status == "truncated" and traj.truncated and traj.num_turns == 1
     assert traj.reason.startswith(f"context limit: {prompt_len + 12} tokens")
+    assert traj.reason.endswith("a turn needs 8 more)")  # min(min_room_tokens, max_new_tokens)
     [call] = engine.calls
     assert call.request.params.max_new_tokens == engine.max_context - len(call.request.prompt_ids) < 100
     # The only request fits the context (the turn after it was never sent).

@@ -43,15 +43,27 @@ class RolloutConfig(BaseModel):
         description="Base of the per-request sampling seeds (None: the engine's own RNG, not reproducible).",
     )
 
-    def sampling(
-        self, *, max_new_tokens: int, stop_token_ids: tuple[int, ...], seed: int | None
-    ) -> SamplingParams:
-        """The sampling parameters of one request."""
+    @property
+    def turn_room(self) -> int:
+        """Tokens that must still fit in the context for a turn to start."""
+        return min(self.min_room_tokens, self.max_new_tokens)
+
+    def turn_sampling(
+        self, *, prompt_len: int, max_context: int, stop_token_ids: tuple[int, ...], seed: int | None
+    ) -> SamplingParams | None:
+        """The sampling parameters of a turn after ``prompt_len`` tokens, or ``None`` if none fits.
+
+        ``max_new_tokens`` is clamped to the context left; ``None`` means less than
+        :attr:`turn_room` is left.
+        """
+        room = max_context - prompt_len
+        if room < self.turn_room:
+            return None
         return SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=min(self.max_new_tokens, room),
             stop_token_ids=stop_token_ids,
             seed=seed,
         )

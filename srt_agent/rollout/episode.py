@@ -185,22 +185,21 @@ class EpisodeRunner:
 
     def _request(self, transcript: TokenTranscript) -> GenerationRequest:
         """The next turn's request, with max_new_tokens clamped to the context left."""
-        n, limit = len(transcript), self.engine.max_context
-        room = limit - n
-        need = min(self.config.min_room_tokens, self.config.max_new_tokens)
-        if room < need:
-            self.truncated = True
-            raise _EpisodeEnd(
-                "truncated", f"context limit: {limit} tokens (prompt is {n}, a turn needs {need} more)"
-            )
         turn = len(self.outputs)
         base = self.config.seed
-        seed = None if base is None else sampling_seed(base, self.spec.episode_id, turn)
-        params = self.config.sampling(
-            max_new_tokens=min(self.config.max_new_tokens, room),
+        n, limit = len(transcript), self.engine.max_context
+        params = self.config.turn_sampling(
+            prompt_len=n,
+            max_context=limit,
             stop_token_ids=self.fmt.stop_token_ids,
-            seed=seed,
+            seed=None if base is None else sampling_seed(base, self.spec.episode_id, turn),
         )
+        if params is None:
+            self.truncated = True
+            raise _EpisodeEnd(
+                "truncated",
+                f"context limit: {limit} tokens (prompt is {n}, a turn needs {self.config.turn_room} more)",
+            )
         return GenerationRequest(
             request_id=f"{self.spec.episode_id}#{turn}",
             prompt_ids=transcript.token_ids,

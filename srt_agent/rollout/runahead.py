@@ -304,17 +304,16 @@ class RunAhead:
             self._counts["dropped"] += 1
 
     def _request(self, job: RunAheadJob) -> GenerationRequest | None:
-        room = self.engine.max_context - len(job.prompt_ids)
-        if room < min(self.rollout.min_room_tokens, self.rollout.max_new_tokens):
+        base = self.rollout.seed if self.rollout.seed is not None else 0
+        params = self.rollout.turn_sampling(
+            prompt_len=len(job.prompt_ids),
+            max_context=self.engine.max_context,
+            stop_token_ids=self.fmt.stop_token_ids,
+            seed=sampling_seed(base, f"runahead/{job.state_key}", self._jobs + 1),
+        )
+        if params is None:
             return None
         self._jobs += 1
-        base = self.rollout.seed if self.rollout.seed is not None else 0
-        seed = sampling_seed(base, f"runahead/{job.state_key}", self._jobs)
-        params = self.rollout.sampling(
-            max_new_tokens=min(self.rollout.max_new_tokens, room),
-            stop_token_ids=self.fmt.stop_token_ids,
-            seed=seed,
-        )
         return GenerationRequest(
             request_id=f"runahead/{self._jobs}",
             prompt_ids=job.prompt_ids,
