@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,30 @@ def test_tree_forward_and_keep_path_equal_causal(pair: tuple[CausalLM, Any]) -> 
     for row in range(2):
         seq = prefixes[row] + [nodes[row][k] for k in kept[row]] + [nxt[row]]
         assert (dec[row, 0] - _hf_logits(hf, seq)[-1]).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("most_nodes", [9, 65])  # 65: past the 62 that int64 bitmasks hold
+def test_tree_bias_matches_walking_each_nodes_ancestors(most_nodes: int) -> None:
+    rng = random.Random(most_nodes)
+    parents = [
+        [-1] + [rng.randrange(-1, j) for j in range(1, rng.randrange(1, most_nodes + 1))] for _ in range(6)
+    ]
+    parents[0] = [-1, *range(most_nodes - 1)]  # one chain as long as allowed
+    prefix = [rng.randrange(0, 20) for _ in parents]
+    width = max(len(p) for p in parents)
+    length = max(prefix) + width + 2
+    bias, positions = tree_bias(prefix, parents, length, F32)
+    assert bias.shape == (6, 1, width, length) and positions.shape == (6, width)
+    for b, row in enumerate(parents):
+        row = row + list(range(len(row) - 1, width - 1))  # padding: a chain under the last node
+        for t in range(width):
+            seen, j = set(), t
+            while j >= 0:
+                seen.add(prefix[b] + j)
+                j = row[j]
+            visible = {c for c in range(length) if c < prefix[b] or c in seen}
+            assert {c for c in range(length) if bias[b, 0, t, c] == 0} == visible
+            assert positions[b, t] == prefix[b] + len(seen) - 1
 
 
 def test_tree_bias_rejects_parent_after_node() -> None:

@@ -249,27 +249,30 @@ def tree_bias(
     # nodes it sees (itself and its ancestors). Parents precede their nodes, so one pass suffices.
     # Padding continues the row as a chain of its last node.
     depths: list[list[int]] = []
-    sees: list[list[bool]] = []
+    masks: list[list[int]] = []
     for b, row in enumerate(parents):
-        masks: list[int] = []
+        mask: list[int] = []
         depth: list[int] = []
         for j in range(num_new):
             up = row[j] if j < len(row) else j - 1
             if not -1 <= up < j:
                 raise ValueError(f"row {b}: node {j} has parent {up}; parents must precede their nodes")
-            masks.append((masks[up] if up >= 0 else 0) | (1 << j))
+            mask.append((mask[up] if up >= 0 else 0) | (1 << j))
             depth.append(depth[up] + 1 if up >= 0 else 0)
         depths.append(depth)
-        sees.append([bool(m >> k & 1) for m in masks for k in range(num_new)])
-    ancestors = torch.tensor(sees, dtype=torch.bool).view(batch, num_new, num_new)  # (B, T, T)
+        masks.append(mask)
     prefix = torch.tensor(list(prefix_lengths), dtype=torch.long)
-    # Columns before a row's prefix end are visible to all its nodes; the tree block is the
-    # ancestor relation; everything after the block is hidden.
-    visible = torch.arange(length)[None, :] < prefix[:, None]  # (B, L)
-    row_bias = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
-    bias = row_bias[:, None, :].repeat(1, num_new, 1)  # (B, T, L)
-    tree = torch.zeros(ancestors.shape, dtype=dtype).masked_fill_(~ancestors, float("-inf"))
-    for b, start in enumerate(prefix_lengths):
-        bias[b, :, start : start + num_new] = tree[b]
+    # Column c of row b is visible to all its nodes before the tree block (rel < 0); inside the
+    # block (0 <= rel < T) to node t if node rel is t's ancestor or t itself; never after it.
+    rel = torch.arange(length)[None, :] - prefix[:, None]  # (B, L)
+    bit = rel.clamp(0, max(num_new - 1, 0))[:, None, :]  # (B, 1, L)
+    if num_new <= 62:  # the masks fit int64: read the bits with one shift
+        sees = (torch.tensor(masks, dtype=torch.long).view(batch, num_new, 1) >> bit) & 1  # (B, T, L)
+    else:
+        table = [[[bool(m >> k & 1) for k in range(num_new)] for m in row] for row in masks]
+        sees = torch.tensor(table, dtype=torch.bool).gather(2, bit.expand(batch, num_new, length))
+    in_tree = ((rel >= 0) & (rel < num_new))[:, None, :]
+    visible = (rel < 0)[:, None, :] | (sees.bool() & in_tree)  # (B, T, L)
+    bias = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
     depth_t = torch.tensor(depths, dtype=torch.long).view(batch, num_new)
     return bias[:, None], prefix[:, None] + depth_t
