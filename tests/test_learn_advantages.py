@@ -18,6 +18,7 @@ from srt_agent.learn import (
     reinforce_pp,
     reinforce_pp_baseline,
     rloo_advantages,
+    scale_negative,
 )
 
 # Two prompts x three samples. Group ids need not be contiguous or sorted.
@@ -187,3 +188,12 @@ def test_compute_advantages_names_what_is_missing() -> None:
         compute_advantages("gae", REWARDS, MASK)
     with pytest.raises(ValueError, match="unknown estimator 'ppo'; choose from gae, grpo"):
         compute_advantages("ppo", REWARDS, MASK)  # type: ignore[arg-type]
+
+
+def test_scale_negative_scales_only_negative_advantages_by_hand() -> None:
+    adv = torch.tensor([[0.5, -1.0, 0.0], [-0.25, 2.0, -4.0]])
+    _close(scale_negative(adv, 0.5), [[0.5, -0.5, 0.0], [-0.125, 2.0, -2.0]])
+    _close(scale_negative(adv, 0.0), [[0.5, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    assert torch.equal(scale_negative(adv, 1.0), adv)
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\], got 1.5"):
+        scale_negative(adv, 1.5)

@@ -160,6 +160,22 @@ def test_dynamic_sampling_refills_and_trains_on_informative_groups_only(
     assert 0 < step["trained_episodes"] <= 12 and step["grad_norm"] > 0
 
 
+def test_negative_weight_scales_only_the_negative_advantages(model_dir: Path, tmp_path: Path) -> None:
+    settings: dict[str, Any] = {"env": {"id": "test/Flaky-v0"}, "rollout": {"prompts_per_step": 3, "n": 4}}
+    cfg = tiny_config(model_dir, tmp_path / "run", **settings)
+    positive_only = tiny_config(model_dir, tmp_path / "run2", algo={"negative_weight": 0.0}, **settings)
+    trainer = Trainer(cfg)
+    try:
+        trajectories = _first_step_episodes(trainer, cfg)
+        full = trainer.learner.prepare(trajectories).advantages
+        trainer.learner.cfg = positive_only
+        kept = trainer.learner.prepare(trajectories).advantages
+    finally:
+        trainer.close()
+    assert bool((full < 0).any()) and bool((full > 0).any())  # the flaky rewards differ within groups
+    torch.testing.assert_close(kept, full.clamp(min=0.0))
+
+
 def test_loss_ignores_every_token_the_policy_did_not_sample(model_dir: Path, tmp_path: Path) -> None:
     cfg = tiny_config(model_dir, tmp_path / "run", algo={"estimator": "grpo", "entropy_coef": 0.01})
     trainer = Trainer(cfg)

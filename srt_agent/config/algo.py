@@ -83,6 +83,13 @@ class AlgoSection(Section):
     norm_tokens: int | None = Field(
         default=None, ge=1, description="Constant of seq-mean-token-sum-norm (null: rollout.max_new_tokens)."
     )
+    negative_weight: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Scale of negative advantages: 1 = the estimator as published; 0 learns from "
+        "better-than-baseline samples only (positive sample reinforcement: sharpens the policy).",
+    )
     epochs: int = Field(default=1, ge=1, le=100, description="Passes over each step's rollouts.")
     mini_batches: int = Field(default=1, ge=1, description="Optimizer updates per pass (the batch is split).")
     kl: KLSection = Field(default_factory=KLSection, description="KL to the reference policy.")

@@ -25,6 +25,7 @@ from srt_agent.learn.advantages import (
     reinforce_pp,
     reinforce_pp_baseline,
     rloo_advantages,
+    scale_negative,
     sequence_scores,
     to_tokens,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo_advantages",
+    "scale_negative",
     "sequence_scores",
     "to_tokens",
     "token_entropy",

@@ -338,3 +338,27 @@ def compute_advantages(
     else:
         per_seq = rloo_advantages(scores, group_ids)
     return Advantages(advantages=to_tokens(per_seq, mask), returns=to_tokens(scores, mask))
+
+
+def scale_negative(advantages: Tensor, weight: float) -> Tensor:
+    """Advantages with the negative ones multiplied by ``weight`` (positive ones unchanged).
+
+    The policy gradient splits into positive sample reinforcement (raise the likelihood of
+    better-than-baseline samples) and negative sample reinforcement (lower it for worse ones);
+    Zhu et al. 2025 (arXiv 2506.01347) measure each alone. ``weight`` 0 keeps only the positive
+    part, which concentrates the policy on what already succeeds (pass@1 up, entropy down); 1 is
+    the estimator unchanged.
+
+    Args:
+        advantages: ``(B, T)`` advantages from :func:`compute_advantages`.
+        weight: Factor in ``[0, 1]`` for the negative entries.
+
+    Returns:
+        ``(B, T)`` scaled advantages (a new tensor).
+
+    Raises:
+        ValueError: ``weight`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"negative advantage weight must be in [0, 1], got {weight}")
+    return torch.where(advantages < 0, advantages * weight, advantages)

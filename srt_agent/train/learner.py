@@ -37,6 +37,7 @@ from srt_agent.learn import (
     masked_mean,
     masked_var,
     overlong_penalty,
+    scale_negative,
     token_rewards,
 )
 from srt_agent.rollout.trajectory import Trajectory
@@ -172,7 +173,10 @@ class Learner:
             gamma=a.gamma,
             lam=a.lam,
         )
-        return PreparedBatch(batch, lengths, adv.advantages, adv.returns, values, ref)
+        advantages = adv.advantages
+        if a.negative_weight != 1.0:
+            advantages = scale_negative(advantages, a.negative_weight)
+        return PreparedBatch(batch, lengths, advantages, adv.returns, values, ref)
 
     def _overlong(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
         o, limit = self.cfg.algo.overlong, self.cfg.rollout.max_new_tokens
