@@ -106,6 +106,27 @@ def test_fallbacks_task_then_global_then_none() -> None:
     assert stats.drafts_by_source == {"exact": 0, "task": 3, "global": 2, "none": 1}
 
 
+def test_fallback_backs_off_to_a_shorter_suffix_longer_matches_first() -> None:
+    cache = TreeCache(TreeCacheConfig(window=3, backoff_window=1))
+    cache.insert("a1", "A", [1, 2, 3, 4])
+    cache.insert("b1", "B", [5, 6, 7, 8, 3, 9])
+    # [0, 0, 3]: no cached place has those three tokens; on the last token alone, task A's wins.
+    draft = cache.draft("a2", "A", [0], [0, 0, 3], budget=4)
+    assert (draft.source, paths(draft)) == ("task", {(4,): 1.0})
+    # The task's own trees come first, even on one token against three in another task's.
+    draft = cache.draft("a2", "A", [0], [7, 8, 3], budget=4)
+    assert (draft.source, paths(draft)) == ("task", {(4,): 1.0})
+    # A task with nothing cached: three matching tokens beat one (task B's place, then A's).
+    draft = cache.draft("c1", "C", [0], [7, 8, 3], budget=4)
+    assert (draft.source, paths(draft)) == ("global", {(9,): 1.0})
+    # Without back-off the first query finds nothing.
+    plain = TreeCache(TreeCacheConfig(window=3, backoff_window=0))
+    plain.insert("a1", "A", [1, 2, 3, 4])
+    assert plain.draft("a2", "A", [0], [0, 0, 3], budget=4).source == "none"
+    assert TreeCacheConfig(window=1).windows == (1,) and TreeCacheConfig().windows == (3, 1)
+    cache.check_integrity()
+
+
 def test_runahead_flags_mark_nodes_only_runahead_streams_reached() -> None:
     cache = TreeCache()
     cache.extend("r", "s", "T", [1, 2, 3], kind="runahead")

@@ -64,7 +64,12 @@ ops = st.builds(
 CONFIG = TreeCacheConfig(window=2, max_match=4, scan_limit=3, max_candidates=2)
 # Small windows and caps: many candidates per key, so recency order, caps and ranking all matter.
 CONFIGS = st.sampled_from(
-    [CONFIG, TreeCacheConfig(window=1, max_match=3, scan_limit=5, max_candidates=2), TreeCacheConfig()]
+    [
+        CONFIG,  # windows (2, 1): back-off to one token
+        TreeCacheConfig(window=1, max_match=3, scan_limit=5, max_candidates=2),
+        TreeCacheConfig(window=3, backoff_window=0, max_match=4, scan_limit=3, max_candidates=2),
+        TreeCacheConfig(),
+    ]
 )
 
 
@@ -91,7 +96,7 @@ def pick_generated(
 
 def run(ops_: list[tuple[Any, ...]], config: TreeCacheConfig, tmp: Path, *, sync_evictions: bool) -> None:
     cache = TreeCache(config)
-    ref = ReferenceCache(config.window, config.max_match, config.scan_limit, config.max_candidates)
+    ref = ReferenceCache(config.windows, config.max_match, config.scan_limit, config.max_candidates)
     for step, op in enumerate(ops_):
         name = op[0]
         if name == "extend":

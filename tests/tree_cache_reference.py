@@ -45,8 +45,10 @@ NodeRef = tuple[str, Path]  # (state key, path from the state's root)
 
 
 class ReferenceCache:
-    def __init__(self, window: int, max_match: int, scan_limit: int, max_candidates: int) -> None:
-        self.window = window
+    def __init__(
+        self, windows: tuple[int, ...], max_match: int, scan_limit: int, max_candidates: int
+    ) -> None:
+        self.windows = windows  # suffix lengths tried in order, each in the task then globally
         self.max_match = max_match
         self.scan_limit = scan_limit
         self.max_candidates = max_candidates
@@ -154,23 +156,25 @@ class ReferenceCache:
             here = (key, tuple(generated))
             if self._exists(here) and self._has_children(here):
                 roots, source = [here], "exact"
-        if not roots and task:
-            keys = [k for k, s in self.states.items() if s.task == task]
-            roots = self._matches(keys, generated)
-            source = "task" if roots else source
-        if not roots:
-            roots = self._matches(list(self.states), generated)
-            source = "global" if roots else "none"
+        for window in self.windows:  # the task's trees first, on each suffix length in turn
+            if not roots and task:
+                keys = [k for k, s in self.states.items() if s.task == task]
+                roots = self._matches(keys, generated, window)
+                source = "task" if roots else source
+        for window in self.windows:
+            if not roots:
+                roots = self._matches(list(self.states), generated, window)
+                source = "global" if roots else "none"
         draft = self._select(roots, budget) if roots else {}
         self.served[source] += 1
         self.served["nodes"] += len(draft)
         self.served["runahead"] += sum(ra for _, ra in draft.values())
         return source, draft
 
-    def _matches(self, keys: list[str], generated: list[int]) -> list[NodeRef]:
+    def _matches(self, keys: list[str], generated: list[int], window: int) -> list[NodeRef]:
         query = [SENTINEL, *generated]
-        window = query[-self.window :]
-        cands = [n for n in self._nodes(keys) if [SENTINEL, *n[1]][-self.window :] == window]
+        tail = query[-window:]
+        cands = [n for n in self._nodes(keys) if [SENTINEL, *n[1]][-window:] == tail]
         cands.sort(key=self._created, reverse=True)
         cands = [n for n in cands[: self.scan_limit] if self._has_children(n)]
         lengths = {n: self._match_length([SENTINEL, *n[1]], query) for n in cands}

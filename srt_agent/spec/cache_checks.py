@@ -10,11 +10,12 @@ from srt_agent.spec.tree_cache import STATE_BYTES, STREAM_BYTES, STREAM_TOKEN_BY
 def cache_problems(cache: TreeCache) -> list[str]:
     """Everything inconsistent in ``cache`` (called with its lock held); empty if all is well."""
     problems: list[str] = []
-    window = cache.config.window
+    windows = cache.config.windows
     total_nodes = 0
     total_bytes = 0
-    global_keys: dict[Node, int] = {}
-    task_keys: dict[str, dict[Node, int]] = {}
+    # Per fallback window: node -> key, over all tasks and per task.
+    global_keys: list[dict[Node, int]] = [{} for _ in windows]
+    task_keys: dict[str, list[dict[Node, int]]] = {}
     for key, state in cache._states.items():
         name = f"state {key!r}"
         if state.key != key:
@@ -28,12 +29,13 @@ def cache_problems(cache: TreeCache) -> list[str]:
             )
         total_nodes += n
         total_bytes += STATE_BYTES + tree
-        own = task_keys.setdefault(state.task, {}) if state.task else None
+        own = task_keys.setdefault(state.task, [{} for _ in windows]) if state.task else None
         for node in iter_nodes(state.root):
-            k = node_key(node, window)
-            global_keys[node] = k
-            if own is not None:
-                own[node] = k
+            for i, window in enumerate(windows):
+                k = node_key(node, window)
+                global_keys[i][node] = k
+                if own is not None:
+                    own[i][node] = k
         for sid, stream in state.streams.items():
             if cache._streams.get(sid) is not stream:
                 problems.append(f"{name}: lists stream {sid!r}, which is not in flight")
@@ -42,19 +44,22 @@ def cache_problems(cache: TreeCache) -> list[str]:
         problems += _stream_problems(cache, sid)
     if total_nodes != cache._nodes:
         problems.append(f"node counter {cache._nodes} != {total_nodes} nodes held")
-    problems += cache._global.check(global_keys, "global index")
-    total_bytes += cache._global.bytes
+    for i, window in enumerate(windows):
+        problems += cache._global[i].check(global_keys[i], f"global index (window {window})")
+        total_bytes += cache._global[i].bytes
     if set(cache._tasks) != set(task_keys):
         problems.append(f"task indexes {sorted(cache._tasks)} != tasks of held states {sorted(task_keys)}")
-    for task, index in cache._tasks.items():
-        problems += index.check(task_keys.get(task, {}), f"task {task!r} index")
-        total_bytes += index.bytes + TASK_BYTES
+    for task, indexes in cache._tasks.items():
+        expected = task_keys.get(task, [{} for _ in windows])
+        for index, keys, window in zip(indexes, expected, windows, strict=True):
+            problems += index.check(keys, f"task {task!r} index (window {window})")
+            total_bytes += index.bytes + TASK_BYTES
     if total_bytes != cache._bytes:
         problems.append(f"byte counter {cache._bytes} != {total_bytes} recomputed")
     if cache._bytes > cache.config.byte_budget and cache._states:
         budget = cache.config.byte_budget
         problems.append(f"{cache._bytes} bytes held with states left, over the budget {budget}")
-    ticks = [n.tick for n in global_keys]
+    ticks = [n.tick for n in global_keys[0]]
     if len(set(ticks)) != len(ticks) or (ticks and max(ticks) >= cache._tick):
         problems.append(f"node ticks are not unique or not below the next tick {cache._tick}")
     return problems

@@ -25,6 +25,13 @@ class TreeCacheConfig(BaseModel):
         le=16,
         description="Fallback drafts need the last `window` tokens to match (fewer at a sequence's start).",
     )
+    backoff_window: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        description="When no place in the task's or any tree matches the last `window` tokens, fallback "
+        "drafts match the last `backoff_window` instead (0: no back-off; ignored unless < window).",
+    )
     max_match: int = Field(
         default=16, ge=1, le=64, description="Longest suffix compared when ranking fallback matches."
     )
@@ -34,6 +41,11 @@ class TreeCacheConfig(BaseModel):
     max_candidates: int = Field(
         default=8, ge=1, description="Matched places merged into one fallback draft (the newest win)."
     )
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """The suffix lengths fallback lookups match on, in the order they are tried."""
+        return (self.window, self.backoff_window) if 0 < self.backoff_window < self.window else (self.window,)
 
     @model_validator(mode="after")
     def _match_covers_window(self) -> TreeCacheConfig:

@@ -46,6 +46,21 @@ def node_key(node: Node, window: int) -> int:
     return hash(tuple(reversed(toks)))
 
 
+def node_keys(node: Node, windows: Sequence[int]) -> list[int]:
+    """:func:`node_key` for each of ``windows`` (longest first), from one walk up the tree."""
+    toks: list[int] = []
+    n = node
+    longest = windows[0]
+    while n.parent is not None and len(toks) < longest:
+        toks.append(n.token)
+        n = n.parent
+    # Fewer tokens than a window means the walk reached the root: the whole context, sentinel first.
+    return [
+        hash(tuple(reversed(toks[:w]))) if len(toks) >= w else hash((SENTINEL, *reversed(toks)))
+        for w in windows
+    ]
+
+
 def match_length(node: Node, generated: Sequence[int], limit: int) -> int:
     """Length of the common suffix of ``node``'s context and ``[SENTINEL] + generated``, up to ``limit``."""
     m = 0

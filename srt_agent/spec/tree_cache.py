@@ -10,8 +10,11 @@ A draft for ``(state, generated)`` comes from, in order:
 
 1. ``exact``: the state's tree, at the node reached by walking ``generated`` from its root;
 2. ``task``: when the state is new, the walk falls off its tree, or nothing followed there, the
-   same task's trees matched on the suffix of the recent tokens (:mod:`suffix_index`);
-3. ``global``: the same suffix match over every task;
+   same task's trees matched on the suffix of the recent tokens (:mod:`suffix_index`): on the last
+   ``window`` tokens, else on the last ``backoff_window`` (by default 1), so that after a token no
+   cached sequence had in this context (a new number, say) drafting resumes at once instead of
+   only once ``window`` tokens match again;
+3. ``global``: the same suffix matches over every task;
 4. ``none``: an empty draft.
 
 Memory is bounded by an estimated byte budget; over it, whole states are evicted, least recently
@@ -40,7 +43,7 @@ from srt_agent.spec.prefix_tree import (
     select_draft,
     tree_bytes,
 )
-from srt_agent.spec.suffix_index import SuffixIndex, node_key
+from srt_agent.spec.suffix_index import SuffixIndex, node_keys
 
 __all__ = ["CacheIntegrityError", "TreeCache", "TreeCacheConfig", "TreeCacheStats"]
 
@@ -51,7 +54,7 @@ STREAM_BYTES = 400
 STREAM_TOKEN_BYTES = 9
 """A stream's token list per token (a pointer, with the list's over-allocation)."""
 TASK_BYTES = 320
-"""A task's suffix index: its dict and table entry."""
+"""A task's suffix index (it has one per fallback window): its dict and table entry."""
 
 
 class _State:
@@ -93,8 +96,10 @@ class TreeCache:
         self._lock = threading.Lock()
         self._states: OrderedDict[str, _State] = OrderedDict()  # LRU order: least recent first
         self._streams: dict[str, _Stream] = {}
-        self._global = SuffixIndex()
-        self._tasks: dict[str, SuffixIndex] = {}
+        self._windows = self.config.windows
+        # One suffix index per fallback window, over all tasks and per task.
+        self._global = [SuffixIndex() for _ in self._windows]
+        self._tasks: dict[str, list[SuffixIndex]] = {}
         self._bytes = 0
         self._nodes = 0
         self._tick = 0
@@ -363,14 +368,19 @@ class TreeCache:
             if node is not None and node.kids is not None:
                 return [node], "exact"
         cfg = self.config
-        args = (gen, cfg.window, cfg.max_match, cfg.scan_limit, cfg.max_candidates)
         task = self._tasks.get(task_id) if task_id else None
-        if task is not None:
-            found = task.matches(*args)
-            if found:
-                return found, "task"
-        found = self._global.matches(*args)
-        return (found, "global") if found else ([], "none")
+        # The task's own text first (its numbers and names recur; measured on Calculator and
+        # Retail it drafts better than a longer match in another task), the longer suffix first.
+        scopes: tuple[tuple[list[SuffixIndex] | None, DraftSource], ...] = (
+            (task, "task"),
+            (self._global, "global"),
+        )
+        for scope, source in scopes:
+            for index, window in zip(scope or (), self._windows, strict=False):
+                found = index.matches(gen, window, cfg.max_match, cfg.scan_limit, cfg.max_candidates)
+                if found:
+                    return found, source
+        return [], "none"
 
     def _locate(self, state: _State, gen: list[int]) -> Node | None:
         """The node reached by walking ``gen`` from the state's root (``None``: off the tree).
@@ -424,8 +434,8 @@ class TreeCache:
         self._bytes += state.bytes
         self._nodes += state.nodes
         if task and task not in self._tasks:
-            self._tasks[task] = SuffixIndex()
-            self._bytes += TASK_BYTES
+            self._tasks[task] = [SuffixIndex() for _ in self._windows]
+            self._bytes += TASK_BYTES * len(self._windows)
         return state
 
     def _start_stream(self, stream_id: str, key: str, task: str, live: bool) -> _Stream:
@@ -451,10 +461,11 @@ class TreeCache:
 
     def _index(self, state: _State, node: Node) -> None:
         # Index bytes are the indexes' own (a key's container is shared by nodes of many states).
-        key = node_key(node, self.config.window)
-        self._bytes += self._global.add(key, node)
-        if state.task:
-            self._bytes += self._tasks[state.task].add(key, node)
+        task = self._tasks[state.task] if state.task else None
+        for i, key in enumerate(node_keys(node, self._windows)):
+            self._bytes += self._global[i].add(key, node)
+            if task is not None:
+                self._bytes += task[i].add(key, node)
 
     def _enforce_budget(self) -> None:
         while self._bytes > self.config.byte_budget and self._states:
@@ -463,20 +474,19 @@ class TreeCache:
     def _evict_lru(self) -> str:
         key, state = self._states.popitem(last=False)
         task = self._tasks.get(state.task) if state.task else None
-        window = self.config.window
         nodes = list(iter_nodes(state.root))
         for node in nodes:
-            k = node_key(node, window)
-            self._bytes -= self._global.remove(k, node)
-            if task is not None:
-                self._bytes -= task.remove(k, node)
+            for i, k in enumerate(node_keys(node, self._windows)):
+                self._bytes -= self._global[i].remove(k, node)
+                if task is not None:
+                    self._bytes -= task[i].remove(k, node)
         # Break the parent <-> child cycles: reference counting frees the tree now, not at the
         # next full collection of the cyclic GC (which may be far off in a big heap).
         for node in nodes:
             node.parent = None
-        if task is not None and task.nodes == 0:
+        if task is not None and task[0].nodes == 0:
             del self._tasks[state.task]
-            self._bytes -= TASK_BYTES
+            self._bytes -= TASK_BYTES * len(self._windows)
         for stream in state.streams.values():  # they stop feeding the cache; their tokens go
             self._bytes -= STREAM_TOKEN_BYTES * len(stream.tokens)
             stream.state, stream.node, stream.tokens = None, None, []
