@@ -61,14 +61,14 @@ ops = st.builds(
     ),
 )
 
-CONFIG = TreeCacheConfig(window=2, max_match=4, scan_limit=3, max_candidates=2)
+CONFIG = TreeCacheConfig(window=2, backoff_window=1, max_match=4, scan_limit=3, max_candidates=2)
 # Small windows and caps: many candidates per key, so recency order, caps and ranking all matter.
 CONFIGS = st.sampled_from(
     [
         CONFIG,  # windows (2, 1): back-off to one token
         TreeCacheConfig(window=1, max_match=3, scan_limit=5, max_candidates=2),
-        TreeCacheConfig(window=3, backoff_window=0, max_match=4, scan_limit=3, max_candidates=2),
-        TreeCacheConfig(),
+        TreeCacheConfig(window=3, max_match=4, scan_limit=3, max_candidates=2),  # no back-off
+        TreeCacheConfig(backoff_window=1),
     ]
 )
 

@@ -206,6 +206,7 @@ class Speculator:
                 draft.probs[:budget],
                 draft.source,
                 draft.runahead[:budget],
+                draft.backoff,
             )
         return draft
 

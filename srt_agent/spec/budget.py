@@ -214,6 +214,7 @@ def subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree:
         probs=tuple(draft.probs[j] for j in kept),
         source=draft.source,
         runahead=tuple(draft.runahead[j] for j in kept) if draft.runahead else (),
+        backoff=draft.backoff,
     )
 
 
@@ -327,7 +328,7 @@ class CostModel:
         q, depth = _node_stats(draft)
         values: list[float] = []
         for j, parent in enumerate(draft.parents):
-            v = min(1.0, self.acceptance.rate(draft.source, depth[j]) * q[j])
+            v = min(1.0, self.acceptance.rate(draft.calibration, depth[j]) * q[j])
             values.append(min(v, values[parent]) if parent >= 0 else v)
         order = sorted(range(len(draft)), key=lambda j: (-q[j], depth[j], j))
         return Ranked(tuple(order), tuple(values[j] for j in order))
@@ -384,7 +385,7 @@ class CostModel:
         for draft, path in zip(drafts, accepted, strict=True):
             taken = set(path)
             q, depth = _node_stats(draft)
-            observations += [(draft.source, depth[j], q[j], j in taken) for j in range(len(draft))]
+            observations += [(draft.calibration, depth[j], q[j], j in taken) for j in range(len(draft))]
         self.acceptance.observe(observations)
         self._widths.clear()
         if any(accepted):

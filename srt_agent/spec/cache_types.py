@@ -26,11 +26,12 @@ class TreeCacheConfig(BaseModel):
         description="Fallback drafts need the last `window` tokens to match (fewer at a sequence's start).",
     )
     backoff_window: int = Field(
-        default=1,
+        default=0,
         ge=0,
         le=16,
-        description="When no place in the task's or any tree matches the last `window` tokens, fallback "
-        "drafts match the last `backoff_window` instead (0: no back-off; ignored unless < window).",
+        description="When no place in the task's trees (then in any) matches the last `window` tokens, "
+        "match the last `backoff_window` instead (0: no back-off; ignored unless < window). 1 raises tokens "
+        "per forward but, on CPU where verifying costs ~2x a decode step, not wall-clock (README).",
     )
     max_match: int = Field(
         default=16, ge=1, le=64, description="Longest suffix compared when ranking fallback matches."

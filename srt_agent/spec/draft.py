@@ -32,6 +32,8 @@ class DraftTree:
         source: Where the draft came from.
         runahead: Per node, whether its counts come only from run-ahead content (a metric: drafts
             served by run-ahead work).
+        backoff: A fallback draft matched only on the short back-off suffix; such drafts are less
+            reliable than their counts say, so the engine's cost model calibrates them apart.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -39,6 +41,7 @@ class DraftTree:
     probs: tuple[float, ...] = ()
     source: DraftSource = "none"
     runahead: tuple[bool, ...] = field(default=())
+    backoff: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -58,6 +61,11 @@ class DraftTree:
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def calibration(self) -> str:
+        """The cost model's acceptance class: the source, with back-off drafts apart."""
+        return f"{self.source}-backoff" if self.backoff else self.source
 
     def children(self, node: int) -> list[int]:
         """Indices of the children of ``node`` (``-1``: the root), in index order."""

@@ -11,9 +11,9 @@ A draft for ``(state, generated)`` comes from, in order:
 1. ``exact``: the state's tree, at the node reached by walking ``generated`` from its root;
 2. ``task``: when the state is new, the walk falls off its tree, or nothing followed there, the
    same task's trees matched on the suffix of the recent tokens (:mod:`suffix_index`): on the last
-   ``window`` tokens, else on the last ``backoff_window`` (by default 1), so that after a token no
-   cached sequence had in this context (a new number, say) drafting resumes at once instead of
-   only once ``window`` tokens match again;
+   ``window`` tokens, else (with ``backoff_window`` set, e.g. 1; off by default) on the last
+   ``backoff_window``, so that after a token no cached sequence had in this context (a new
+   number, say) drafting resumes at once instead of only once ``window`` tokens match again;
 3. ``global``: the same suffix matches over every task;
 4. ``none``: an empty draft.
 
@@ -135,7 +135,9 @@ class TreeCache:
             raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {budget}")
         gen = generated if isinstance(generated, list) else list(generated)
         with self._lock:
-            roots, source = self._draft_roots(state_key, task_id, gen) if budget else ([], "none")
+            roots, source, backoff = (
+                self._draft_roots(state_key, task_id, gen) if budget else ([], "none", False)
+            )
             if not roots:
                 self._counts["drafts_none"] += 1
                 return EMPTY_DRAFT
@@ -143,7 +145,7 @@ class TreeCache:
             self._counts["drafts_" + source] += 1
             self._counts["nodes_served"] += len(tokens)
             self._counts["runahead_nodes_served"] += sum(runahead)
-        return DraftTree(tuple(tokens), tuple(parents), tuple(probs), source, tuple(runahead))
+        return DraftTree(tuple(tokens), tuple(parents), tuple(probs), source, tuple(runahead), backoff)
 
     def extend(
         self,
@@ -360,13 +362,14 @@ class TreeCache:
             raise CacheIntegrityError(f"tree cache is inconsistent:\n  {shown}{more}")
 
     # ------------------------------------------------------------------ internals
-    def _draft_roots(self, key: str, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource]:
+    def _draft_roots(self, key: str, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource, bool]:
+        """The nodes to draft from, their source, and whether they matched only the back-off suffix."""
         state = self._states.get(key)
         if state is not None:
             self._states.move_to_end(key)
             node = self._locate(state, gen)
             if node is not None and node.kids is not None:
-                return [node], "exact"
+                return [node], "exact", False
         cfg = self.config
         task = self._tasks.get(task_id) if task_id else None
         # The task's own text first (its numbers and names recur; measured on Calculator and
@@ -376,11 +379,11 @@ class TreeCache:
             (self._global, "global"),
         )
         for scope, source in scopes:
-            for index, window in zip(scope or (), self._windows, strict=False):
+            for i, (index, window) in enumerate(zip(scope or (), self._windows, strict=False)):
                 found = index.matches(gen, window, cfg.max_match, cfg.scan_limit, cfg.max_candidates)
                 if found:
-                    return found, source
-        return [], "none"
+                    return found, source, i > 0
+        return [], "none", False
 
     def _locate(self, state: _State, gen: list[int]) -> Node | None:
         """The node reached by walking ``gen`` from the state's root (``None``: off the tree).
