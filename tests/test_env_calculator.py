@@ -1,4 +1,5 @@
 import re
+import warnings
 from fractions import Fraction
 
 import gymnasium as gym
@@ -12,7 +13,7 @@ from srt_agent.messages import Message, assistant, tool_result
 from srt_agent.policy import run_episode
 from srt_agent.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.tool_parser import format_tool_call
-from srt_agent.tools.calculator import evaluate, format_number
+from srt_agent.tools.calculator import CalculatorError, evaluate, format_number
 
 ENV_ID = "srt/Calculator-v0"
 
@@ -123,6 +124,15 @@ def _has_big_cents_answer(env: gym.Env, seed: int) -> bool:
     env.reset(seed=seed, options={"family": "savings", "steps": 2})
     answer = base(env).problem.answer
     return answer > 1000 and answer.denominator != 1
+
+
+def test_a_number_glued_to_a_keyword_is_a_quiet_syntax_error() -> None:
+    # The parser only warns about "1050in 3" (it would print to stderr mid-run); the tool says why.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning that escapes fails the test
+        with pytest.raises(CalculatorError, match="syntax error"):
+            evaluate("1050in 3")
+    assert evaluate("1e3 + 1") == 1001
 
 
 def test_answer_parsing_helpers() -> None:

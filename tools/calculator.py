@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -141,7 +142,11 @@ def evaluate(expression: str) -> Fraction:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     src = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
     try:
-        tree = ast.parse(src, mode="eval")
+        # A number glued to a keyword ("1050in 3") is only a SyntaxWarning to the parser, which it
+        # would print to stderr mid-run; for a calculator it is a syntax error like any other.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         raise CalculatorError(f"syntax error at column {exc.offset}: {expression!r}") from None
     return _eval(tree)
