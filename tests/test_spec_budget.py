@@ -50,6 +50,18 @@ def test_acceptance_calibrates_the_drafts_probabilities() -> None:
     assert acc.best_rate(2) == 1.0  # "exact" was never verified at depth 2: still optimistic
 
 
+def test_back_off_drafts_are_calibrated_apart_from_their_source() -> None:
+    model = _model(0.01, 0.0001)
+    sure = _chain(3, source="task")
+    loose = DraftTree(sure.token_ids, sure.parents, sure.probs, "task", backoff=True)
+    for _ in range(5):  # the back-off drafts are always rejected
+        model.observe_verify([loose], [()])
+    assert loose.calibration == "task-backoff" and sure.calibration == "task"
+    assert max(model.rank(loose).values) < 0.05  # learnt: they do not pay
+    assert model.rank(sure).values[0] == 1.0  # full-suffix task drafts keep their own calibration
+    assert subtree(loose, [0]).backoff
+
+
 def test_cheap_tokens_draft_the_maximum_and_expensive_ones_nothing() -> None:
     flat = _model(per_forward=0.01, per_token=0.0)
     assert flat.ask([20, 3, 0]) == [8, 3, 0]  # capped by max_draft_tokens and tokens left
