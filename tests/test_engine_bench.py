@@ -19,7 +19,8 @@ def test_run_engine_bench_reports_both_systems(tmp_path: Path) -> None:
     for b in (1, 3):
         engine, hf = record[f"torch_engine_tok_s_b{b}"], record[f"hf_generate_tok_s_b{b}"]
         assert isinstance(engine, float) and isinstance(hf, float) and engine > 0 and hf > 0
-        assert abs(float(record[f"speedup_b{b}"]) - engine / hf) < 0.01
+        # Relative: with 4 new tokens on a busy machine a decode time can round to ~0 (a huge rate).
+        assert float(record[f"speedup_b{b}"]) == pytest.approx(engine / hf, rel=0.01, abs=0.01)
     assert record["model"] == str(model) and record["params"] > 0
 
 
