@@ -23,6 +23,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
-    episodes: defaultdict[str, list[dict]] = defaultdict(list)  # type: ignore[type-arg]
+    episodes: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in args.trace.read_text().splitlines():
         turn = json.loads(line)
         episodes[turn["episode_id"]].append(turn)

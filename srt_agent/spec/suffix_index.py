@@ -36,14 +36,7 @@ def query_key(generated: Sequence[int], window: int) -> tuple[int, int]:
 
 def node_key(node: Node, window: int) -> int:
     """The index key of ``node``: the same hash as :func:`query_key` of its path."""
-    toks: list[int] = []
-    n = node
-    while n.parent is not None and len(toks) < window:
-        toks.append(n.token)
-        n = n.parent
-    if len(toks) < window:  # reached the root: the whole context, sentinel first
-        toks.append(SENTINEL)
-    return hash(tuple(reversed(toks)))
+    return node_keys(node, (window,))[0]
 
 
 def node_keys(node: Node, windows: Sequence[int]) -> list[int]:
