@@ -9,8 +9,10 @@ step functions with wall-clock timers. Per round and configuration it prints the
 tokens per forward, and the seconds and calls of each part; at the end the sums over rounds 1..
 (round 0 warms the caches up). Prefill token counts (real and padded) show what prefix reuse saved.
 Timers nest: ``step`` contains everything else, ``finish`` contains ``report``.
-``--max-draft-tokens`` caps the draft budget per row; ``--json PATH`` writes the sums over rounds
-1.. as ``{config}_{part}_s`` (parts: ``wall`` and the timers above).
+``--max-draft-tokens`` caps the draft budget per row, ``--backoff-window`` sets the tree cache's
+suffix back-off, ``--draws`` how verify steps draw, ``--device cuda`` runs the engines on a GPU;
+``--json PATH`` writes the sums over rounds 1.. as ``{config}_{part}_s`` (parts: ``wall`` and the
+timers above).
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--configs", default="off,srt_no_runahead")
     parser.add_argument("--max-draft-tokens", type=int, default=None, help="draft budget per row")
+    parser.add_argument("--backoff-window", type=int, default=0, help="tree cache suffix back-off")
+    parser.add_argument("--draws", default="auto", help="how verify steps draw: auto, walk or all")
+    parser.add_argument("--device", default="cpu", help="torch device of the engines (cpu or cuda)")
     parser.add_argument("--json", type=Path, default=None, help="write the sums over rounds 1.. here")
     args = parser.parse_args()
     names = [c.strip() for c in args.configs.split(",")]
@@ -97,6 +102,9 @@ def main() -> None:
         configs=tuple(names),
         threads=args.threads,
         max_draft_tokens=args.max_draft_tokens,
+        backoff_window=args.backoff_window,
+        draws=args.draws,
+        device=args.device,
     )
     fmt = ChatFormat.from_pretrained(cfg.model_dir)
     arms = [bench._make_arm(name, cfg, fmt) for name in names]

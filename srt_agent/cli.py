@@ -323,6 +323,13 @@ def bench_rollout_cmd(
     configs: Annotated[
         str | None, typer.Option(help="Comma-separated configurations (default: all).")
     ] = None,
+    backoff_window: Annotated[
+        int, typer.Option(min=0, help="Tree cache suffix back-off (spec.cache.backoff_window; 0: off).")
+    ] = 0,
+    draws: Annotated[
+        str, typer.Option(help="How verify steps draw (spec.draws): auto, walk or all.")
+    ] = "auto",
+    device: Annotated[str, typer.Option(help="Torch device of every engine: cpu or cuda.")] = "cpu",
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the headline figures here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(
         "runs/bench_rollout.png"
@@ -342,6 +349,7 @@ def bench_rollout_cmd(
             max_new_tokens=max_new_tokens, max_turns=max_turns, threads=threads,
             envs=tuple(env) if env else RolloutBenchConfig.envs,
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
+            backoff_window=backoff_window, draws=draws, device=device,
         )  # fmt: skip
     except ValueError as exc:
         raise _report_error(exc) from None

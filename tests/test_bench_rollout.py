@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 from test_rollout_support import save_tiny_llama
 from typer.testing import CliRunner
@@ -91,5 +92,10 @@ def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> No
         RolloutBenchConfig(tmp_path, configs=("srt", "turbo"))
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         RolloutBenchConfig(tmp_path, rounds=0)
+    with pytest.raises(ValueError, match="backoff_window must be >= 0"):
+        RolloutBenchConfig(tmp_path, backoff_window=-1)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="asks for CUDA"):
+            RolloutBenchConfig(tmp_path, device="cuda")
     result = CliRunner().invoke(app, ["bench", "rollout", "--model", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())

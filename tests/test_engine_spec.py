@@ -64,19 +64,21 @@ REQUESTS = [
 ]
 
 
+@pytest.mark.parametrize("draws", ["walk", "all"])
 @pytest.mark.parametrize("drafts", ["replay", "noisy", "random"])
 def test_outputs_identical_with_and_without_speculation(
-    model_dir: Path, plain: TorchEngine, drafts: str
+    model_dir: Path, plain: TorchEngine, drafts: str, draws: str
 ) -> None:
     """Greedy rows give identical tokens; seeded sampled rows do too, because the d-th token of a
-    verify step uses the d-th uniform, as plain decoding would (up to float rounding of logits)."""
+    verify step uses the d-th uniform, as plain decoding would (up to float rounding of logits),
+    whether the verifier draws along the walk or at every tree position."""
     ref = plain.generate(REQUESTS)
     source = {
         "replay": Replay(_book(ref)),
         "noisy": NoisyReplay(_book(ref), VOCAB, seed=3),
         "random": RandomDrafts(VOCAB, seed=4),
     }[drafts]
-    with _spec_engine(model_dir, source) as eng:
+    with _spec_engine(model_dir, source, spec=ALWAYS.model_copy(update={"draws": draws})) as eng:
         outs = eng.generate(REQUESTS)
         stats = eng.spec_stats()
     for r, o in zip(ref, outs, strict=True):
@@ -93,13 +95,18 @@ def test_outputs_identical_with_and_without_speculation(
         assert stats.nodes_accepted < 10 and sum(o.forward_passes for o in outs) > tokens - 10
 
 
-def test_logprobs_equal_teacher_forced_forward_with_speculation(model_dir: Path, plain: TorchEngine) -> None:
+@pytest.mark.parametrize("draws", ["walk", "all"])
+def test_logprobs_equal_teacher_forced_forward_with_speculation(
+    model_dir: Path, plain: TorchEngine, draws: str
+) -> None:
     hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     sampled = REQUESTS[2:]
     # Corrupted trees around the true continuation: paths are accepted at varied depths and
     # positions in tree order (the KV cache keeps non-contiguous entries).
     with _spec_engine(
-        model_dir, NoisyReplay(_book(plain.generate(sampled)), VOCAB, seed=5, corrupt=0.3)
+        model_dir,
+        NoisyReplay(_book(plain.generate(sampled)), VOCAB, seed=5, corrupt=0.3),
+        spec=ALWAYS.model_copy(update={"draws": draws}),
     ) as eng:
         outs = eng.generate(sampled)
         stats = eng.spec_stats()

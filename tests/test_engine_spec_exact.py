@@ -111,6 +111,7 @@ def _sample(
     n: int,
     first_seed: int = 1000,
     device: str = "cpu",
+    draws: str = "auto",
 ) -> tuple[dict[str, Counter[tuple[int, ...]]], dict[tuple[int, ...], float], float]:
     table = _conditionals(model_dir, params)
 
@@ -119,7 +120,7 @@ def _sample(
         return probs.tolist() if probs is not None else None
 
     drafter = ModelDrafts(dist, V, seed=1)
-    spec = SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=512 * 6)
+    spec = SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=512 * 6, draws=draws)
     requests = [
         GenerationRequest(
             f"r{i}",
@@ -153,13 +154,14 @@ CASES = {
 FAST_SAMPLES = 4_000  # the default tier; the slow tier draws 10k per draft kind
 
 
+@pytest.mark.parametrize("draws", ["walk", "all"])
 @pytest.mark.parametrize("case", CASES)
-def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case: str) -> None:
+def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case: str, draws: str) -> None:
     modes = ("good", "bad", "partial")
-    counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES)
+    counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES, draws=draws)
     total = sum(counts.values(), Counter())
     p_value = _chi_square_p(total, joint, FAST_SAMPLES)
-    print(f"{case}: p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
+    print(f"{case} ({draws}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
     assert p_value > 0.01
     assert tokens_per_forward > 1.15  # the good drafts were verified and accepted
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from spec_drafters import NoisyReplay
-from test_engine_spec import REQUESTS, VOCAB, _book, _spec_engine
+from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
 from test_engine_spec_exact import CASES, _chi_square_p, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
 
@@ -39,12 +39,16 @@ def exact_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_exact_model(tmp_path_factory.mktemp("gpu-exact"))
 
 
-def test_cuda_logprobs_equal_hf_teacher_forced_with_and_without_speculation(spec_model: Path) -> None:
+@pytest.mark.parametrize("draws", ["walk", "all"])
+def test_cuda_logprobs_equal_hf_teacher_forced_with_and_without_speculation(
+    spec_model: Path, draws: str
+) -> None:
     hf = AutoModelForCausalLM.from_pretrained(str(spec_model), dtype=torch.float32).to(CUDA)
     with TorchEngine(spec_model, tokenizer=char_tokenizer(VOCAB), max_batch_size=8, device=CUDA) as plain:
         ref = plain.generate(REQUESTS)
     source = NoisyReplay(_book(ref), VOCAB, seed=5, corrupt=0.3)
-    with _spec_engine(spec_model, source, device=CUDA) as eng:
+    spec = ALWAYS.model_copy(update={"draws": draws})
+    with _spec_engine(spec_model, source, spec=spec, device=CUDA) as eng:
         outs = eng.generate(REQUESTS)
         stats = eng.spec_stats()
     assert 0 < stats.nodes_accepted < stats.nodes_drafted
@@ -61,13 +65,16 @@ def test_cuda_logprobs_equal_hf_teacher_forced_with_and_without_speculation(spec
             assert (torch.tensor(out.logprobs) - want).abs().max().item() <= 1e-4, req.request_id
 
 
+@pytest.mark.parametrize("draws", ["walk", "all"])
 @pytest.mark.parametrize("case", CASES)
-def test_cuda_speculative_samples_follow_the_exact_distribution(exact_model: Path, case: str) -> None:
+def test_cuda_speculative_samples_follow_the_exact_distribution(
+    exact_model: Path, case: str, draws: str
+) -> None:
     n = 10_000
     counts, joint, tokens_per_forward = _sample(
-        exact_model, CASES[case], ("good", "bad", "partial"), n, device=CUDA
+        exact_model, CASES[case], ("good", "bad", "partial"), n, device=CUDA, draws=draws
     )
     p_value = _chi_square_p(sum(counts.values(), Counter()), joint, n)
-    print(f"cuda {case}: p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
+    print(f"cuda {case} ({draws}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
     assert p_value > 0.01
     assert tokens_per_forward > 1.15

@@ -272,25 +272,8 @@ class Speculator:
             for s in rows
         ]
         walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
-        logprob_rows: list[list[float]] = [[] for _ in rows]
-        # Draw depth by depth, only at the positions the walks reach: the LM head and sampling run
-        # once per emitted token, however wide the trees (a leaf's walk always ends).
-        active = list(range(len(rows)))
-        while active:
-            at = torch.tensor([b * width + walks[b].position for b in active], device=device)
-            index = torch.tensor(active, device=device)
-            uniforms = (
-                torch.tensor([table[b][len(walks[b].tokens)] for b in active], device=device)
-                if sampled
-                else None
-            )
-            tokens, logprobs = sample(self.model.head(hidden[at]), params.select(index), uniforms)
-            going = []
-            for b, token, logprob in zip(active, tokens.tolist(), logprobs.tolist(), strict=True):
-                logprob_rows[b].append(logprob)
-                if walks[b].advance(token):
-                    going.append(b)
-            active = going
+        draw = self._draw_all if self._draws_all(device) else self._draw_walk
+        logprob_rows = draw(hidden, width, walks, params, table if sampled else None, parents)
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
         for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
@@ -307,3 +290,87 @@ class Speculator:
         self.counters.add(verify_forwards=1)
         self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
         return emitted
+
+    def _draws_all(self, device: torch.device) -> bool:
+        if self.config.draws == "auto":
+            return device.type != "cpu"
+        return self.config.draws == "all"
+
+    def _draw_walk(
+        self,
+        hidden: torch.Tensor,
+        width: int,
+        walks: list[TreeWalk],
+        params: RowParams,
+        table: list[list[float]] | None,
+        parents: list[list[int]],
+    ) -> list[list[float]]:
+        """Draw depth by depth, only at the positions the walks reach.
+
+        The LM head and sampling run once per emitted token, however wide the trees (a leaf's
+        walk always ends): the cheaper way where arithmetic dominates (a CPU).
+        """
+        device = hidden.device
+        logprob_rows: list[list[float]] = [[] for _ in walks]
+        active = list(range(len(walks)))
+        while active:
+            at = torch.tensor([b * width + walks[b].position for b in active], device=device)
+            index = torch.tensor(active, device=device)
+            uniforms = (
+                None
+                if table is None
+                else torch.tensor([table[b][len(walks[b].tokens)] for b in active], device=device)
+            )
+            tokens, logprobs = sample(self.model.head(hidden[at]), params.select(index), uniforms)
+            going = []
+            for b, token, logprob in zip(active, tokens.tolist(), logprobs.tolist(), strict=True):
+                logprob_rows[b].append(logprob)
+                if walks[b].advance(token):
+                    going.append(b)
+            active = going
+        return logprob_rows
+
+    def _draw_all(
+        self,
+        hidden: torch.Tensor,
+        width: int,
+        walks: list[TreeWalk],
+        params: RowParams,
+        table: list[list[float]] | None,
+        parents: list[list[int]],
+    ) -> list[list[float]]:
+        """Draw at every tree position in one pass, then walk the trees on the host.
+
+        A position at depth ``d`` draws with the row's ``d``-th uniform, the one the walk would
+        use there, so the tokens equal :meth:`_draw_walk`'s; draws off the accepted path are
+        discarded. One LM head over all positions and one sync: the cheaper way where launches
+        and syncs dominate (a GPU).
+        """
+        rows = len(walks)
+        uniforms = None
+        if table is not None:
+            depths = [_depths(p, width) for p in parents]
+            uniforms = torch.tensor(
+                [[u[d] for d in ds] for u, ds in zip(table, depths, strict=True)], device=hidden.device
+            )
+        logits = self.model.head(hidden).view(rows, width, -1)
+        tokens, logprobs = sample(logits, params, uniforms)
+        token_rows, logprob_all = tokens.tolist(), logprobs.tolist()
+        logprob_rows: list[list[float]] = []
+        for walk, drawn, lps in zip(walks, token_rows, logprob_all, strict=True):
+            row: list[float] = []
+            while True:
+                position = walk.position
+                row.append(lps[position])
+                if not walk.advance(drawn[position]):
+                    break
+            logprob_rows.append(row)
+        return logprob_rows
+
+
+def _depths(parents: list[int], width: int) -> list[int]:
+    """Depth of each tree position (root 0; parents index positions), padded to ``width`` with 0."""
+    depth = [0] * width
+    for j in range(1, len(parents)):
+        depth[j] = depth[parents[j]] + 1
+    return depth

@@ -89,6 +89,9 @@ class RolloutBenchConfig:
         configs: Configurations to run (``off`` is always run: it is every ratio's reference).
         max_draft_tokens: Draft budget per row of the speculating configurations (``None``: the
             :class:`~srt_agent.spec.config.SpecConfig` default).
+        backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off).
+        draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``).
+        device: Torch device of every engine (``cpu`` or ``cuda``).
     """
 
     model_dir: Path
@@ -108,6 +111,9 @@ class RolloutBenchConfig:
     first_env_seed: int = 0
     configs: tuple[str, ...] = CONFIGS
     max_draft_tokens: int | None = None
+    backoff_window: int = 0
+    draws: str = "auto"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.configs if c not in CONFIGS]
@@ -120,6 +126,12 @@ class RolloutBenchConfig:
             raise ValueError("envs must name at least one env")
         if "off" not in self.configs:
             object.__setattr__(self, "configs", ("off", *self.configs))
+        if self.draws not in ("auto", "walk", "all"):
+            raise ValueError(f"draws must be auto, walk or all, got {self.draws!r}")
+        if self.backoff_window < 0:
+            raise ValueError(f"backoff_window must be >= 0 (0: off), got {self.backoff_window}")
+        if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device!r} asks for CUDA, which this torch cannot see; use cpu")
 
 
 @dataclass(frozen=True)
@@ -180,24 +192,31 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     from srt_agent.engine.checkpoint import read_config
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.rollout.bench_peers import HFEngine, UselessDrafts, register_latency_env
+    from srt_agent.spec.cache_types import TreeCacheConfig
     from srt_agent.spec.config import SpecConfig
     from srt_agent.spec.tree_cache import TreeCache
 
     engine: Engine
     if name == "hf_generate":
-        engine = HFEngine(config.model_dir, max_batch_size=config.max_batch_size)
+        engine = HFEngine(config.model_dir, max_batch_size=config.max_batch_size, device=config.device)
     elif name == "prompt_lookup":
-        engine = HFEngine(config.model_dir, prompt_lookup=10)
+        engine = HFEngine(config.model_dir, prompt_lookup=10, device=config.device)
     else:
         source: Any = None
         if name == "useless":
             source = UselessDrafts(read_config(config.model_dir).vocab_size, seed=config.seed)
         elif name != "off":
-            source = TreeCache()
-        cap = config.max_draft_tokens
-        spec = None if cap is None else SpecConfig(max_draft_tokens=cap)
+            source = TreeCache(TreeCacheConfig(backoff_window=config.backoff_window))
+        limits: dict[str, Any] = {"draws": config.draws}
+        if config.max_draft_tokens is not None:
+            limits["max_draft_tokens"] = config.max_draft_tokens
+        spec = SpecConfig.model_validate(limits)
         engine = TorchEngine(
-            config.model_dir, max_batch_size=config.max_batch_size, draft_source=source, spec=spec
+            config.model_dir,
+            max_batch_size=config.max_batch_size,
+            draft_source=source,
+            spec=spec,
+            device=config.device,
         )
     rollout = RolloutConfig(
         max_concurrent=config.max_batch_size,

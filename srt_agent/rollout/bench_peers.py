@@ -46,13 +46,23 @@ class HFEngine:
         model_dir: HF checkpoint directory.
         max_batch_size: Most requests per ``generate`` call.
         prompt_lookup: ``prompt_lookup_num_tokens`` for HF prompt lookup decoding (forces batch 1).
+        device: Torch device of the model.
     """
 
-    def __init__(self, model_dir: str | Path, *, max_batch_size: int = 32, prompt_lookup: int | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        max_batch_size: int = 32,
+        prompt_lookup: int | None = None,
+        device: str = "cpu",
+    ):
         from transformers import AutoModelForCausalLM
 
         # from_pretrained returns the model in eval mode (no dropout).
-        self.model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.device = torch.device(device)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.model: Any = model.to(self.device)
         self.prompt_lookup = prompt_lookup
         self.max_batch_size = 1 if prompt_lookup else max_batch_size
         self._max_context = int(self.model.config.max_position_embeddings)
@@ -132,8 +142,8 @@ class HFEngine:
         if self.prompt_lookup:
             sampling["prompt_lookup_num_tokens"] = self.prompt_lookup
         out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
             max_new_tokens=max(new, 1),
             eos_token_id=stops or None,
             pad_token_id=0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -31,6 +33,15 @@ class SpecConfig(BaseModel):
         default=True,
         description="Let the cost model choose the draft size from the batch size, measured acceptance and "
         "measured forward cost. False always drafts max_draft_tokens (for tests and verifier benchmarks).",
+    )
+    draws: Literal["auto", "walk", "all"] = Field(
+        default="auto",
+        description="How a verify step draws its tokens. 'walk': depth by depth, only at the tree positions "
+        "the acceptance walk reaches (LM head and sampling once per emitted token; cheapest where "
+        "arithmetic costs, a CPU). 'all': at every tree position in one pass, then the walk on the host "
+        "(one LM head, one sampling pass and one device sync per step; cheapest where launches and "
+        "syncs cost, a GPU). Both draw the same tokens from the same uniforms. 'auto': 'walk' on CPU, "
+        "'all' elsewhere.",
     )
     probe_interval: int = Field(
         default=16,
