@@ -354,4 +354,6 @@ def test_cost_model_stops_verifying_useless_drafts_and_keeps_good_ones(
         outs = eng.generate(reqs)
         good = eng.spec_stats()
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
-    assert good.verify_forwards == good.target_forwards and good.tokens_per_forward > 3
+    # Every step verifies but possibly the last two (a token or two left: a verify step's fixed
+    # extra cost can outweigh one draft token, and the cost model then decodes plainly).
+    assert good.verify_forwards >= good.target_forwards - 2 and good.tokens_per_forward > 3

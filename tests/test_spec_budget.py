@@ -15,7 +15,7 @@ def _chain(n: int, prob: float = 1.0, source: str = "exact") -> DraftTree:
 
 def _model(per_forward: float, per_token: float, **config: object) -> CostModel:
     model = CostModel(SpecConfig(**config))  # type: ignore[arg-type]
-    model.time.set_prior([(1, per_forward + per_token), (64, per_forward + 64 * per_token)])
+    model.set_prior([(1, per_forward + per_token), (64, per_forward + 64 * per_token)])
     return model
 
 
@@ -36,6 +36,21 @@ def test_forward_time_slope_comes_from_the_prior_when_all_forwards_have_one_size
         time.observe(8, 0.003)  # a slower machine than at startup, one batch size
     assert time.predict(8) == pytest.approx(0.003, rel=0.05)
     assert time.coefficients()[1] > 0  # the prior keeps the slope defined
+
+
+def test_a_verify_steps_fixed_extra_cost_keeps_narrow_unsure_drafts_out() -> None:
+    """Verify steps get their own time fit: a fixed extra per verify step (tree mask, draws, walk)
+    is not spread over the tokens of a line through decode and verify steps alike."""
+    model = _model(per_forward=0.01, per_token=0.0001)
+    for _ in range(50):
+        model.observe_step(16, 0.01, verify=False)
+    drafts = [_chain(1, prob=0.3)] * 16  # 0.3 expected tokens per row
+    assert all(model.choose(drafts))  # verify steps predicted by the decode fit: 20.8 tokens in 0.0116 s pay
+    for _ in range(50):
+        model.observe_step(16 * 5, 0.02, verify=True)  # measured: a verify step costs 2x a decode step
+    assert model.step_seconds(16, 2) == pytest.approx(0.02 - 0.0001 * 16 * 3, rel=0.05)
+    assert not any(model.choose(drafts))  # 20.8 tokens in ~0.015 s do not beat 16 in 0.01 s
+    assert all(model.choose([_chain(4, prob=1.0)] * 16))  # sure drafts still pay
 
 
 def test_acceptance_calibrates_the_drafts_probabilities() -> None:
@@ -88,11 +103,29 @@ def test_useless_drafts_are_dropped_then_probed_within_the_overhead_budget() -> 
     assert idle == [[0]] * 3 and not model.probing
     probe = model.ask([20])  # the probe_interval-th idle step
     assert model.probing
-    # Extra cost of a probe of k tokens: k * 0.0001 s, within 5% of 4 plain steps (4 * 0.0011 s).
-    assert probe == [2]
+    assert probe == [8]  # a probe looks up whole drafts...
+    # ...and verifies k tokens: k * 0.0001 s extra, within 5% of 4 plain steps (4 * 0.0011 s).
     assert [len(d) for d in model.choose([_chain(8)])] == [2]
     model.observe_verify([_chain(2)], [(0, 1)])  # ...and this time they were accepted
     assert model.ask([20])[0] > 0 and not model.probing  # drafting resumes
+
+
+def test_a_probe_with_whole_drafts_resumes_drafting_where_only_wide_drafts_pay() -> None:
+    """A verify step's fixed extra makes narrow drafts lose and wide sure ones win: once lookups
+    stopped, a probe must offer choose() whole drafts, or it would never see them pay."""
+    model = _model(per_forward=0.01, per_token=0.00001, probe_interval=4)  # a GPU: tokens are cheap
+    for _ in range(50):
+        model.observe_step(16, 0.01, verify=False)
+        model.observe_step(16 * 2, 0.019, verify=True)  # but a verify step has a fixed extra
+        model.observe_step(16 * 9, 0.0201, verify=True)
+    for _ in range(30):  # only narrow, unsure drafts came back: nothing paid, lookups stopped
+        assert not any(model.choose([_chain(1, prob=0.5)] * 16))
+    budgets = model.ask([20] * 16)  # idle long enough: a probe
+    assert model.probing and budgets == [8] * 16  # it looks up whole drafts
+    chosen = model.choose([_chain(8)] * 16)  # the cache now knows the states: 8 sure nodes per row
+    assert [len(d) for d in chosen] == [8] * 16  # verified whole, not just the probe's few nodes
+    model.observe_verify(chosen, [tuple(range(8))] * 16)
+    assert model.ask([20] * 16) == [8] * 16 and not model.probing  # drafting resumed
 
 
 def test_probes_that_find_nothing_back_off() -> None:

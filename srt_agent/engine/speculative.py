@@ -126,7 +126,7 @@ class Speculator:
         self.cost = CostModel(config)
         if config.enabled and config.adaptive:
             # Once, at construction (not inside a generation): the cost model's prior.
-            self.cost.time.set_prior(self._calibrate())
+            self.cost.set_prior(self._calibrate())
 
     # --- draft-source reporting ---------------------------------------------------------------
 

@@ -9,6 +9,10 @@ Each step the model maximises expected emitted tokens per second over the verify
 * **Forward time** ``time(n) = a + b * n`` for a forward over ``n`` tokens (:class:`ForwardTime`):
   a prior from timing the model once at startup, refined by a least-squares fit over the recent
   real forwards, so it follows the machine (CPU forwards grow with tokens; GPU ones barely do).
+  Plain decode steps and verify steps get a fit each: a verify step pays a fixed extra (the tree
+  mask, the draws and the walk) that one line through both kinds would spread over the tokens,
+  under-predicting narrow verify steps (on a GPU, where a verify step cost ~1.6x a decode step at
+  nearly the same forward time, that made drafts of ~1.2 tokens per forward look worth it).
 * **Expected acceptance** of a node (:class:`Acceptance`): the draft's own estimate ``q`` (its
   path probability) times a calibration factor per draft source and depth, measured as
   accepted / expected over recent verify steps, capped at 1 and at the parent's value (a node is
@@ -20,9 +24,10 @@ Each step the model maximises expected emitted tokens per second over the verify
   uncertain to verify, and looking them up still costs time per row. So the draft source is asked
   only while the tokens recent lookups led to verify (expected accepted per row) are worth more
   decode time than the lookups cost; probes keep re-measuring it.
-* **Probes**: after ``probe_interval`` steps without drafts, one step verifies a small draft anyway,
-  sized so probes cost at most ``probe_overhead`` of decode time; otherwise a draft source that
-  starts to pay (the cache fills up) would never be noticed. Each probe that finds nothing doubles
+* **Probes**: after ``probe_interval`` steps without drafts, one step looks up whole drafts and
+  verifies at least a small part of them anyway, sized so probes cost at most ``probe_overhead`` of
+  decode time; otherwise a draft source that starts to pay (the cache fills up) would never be
+  noticed. Each probe that finds nothing doubles
   the interval (up to 16x); an accepted node resets it.
 
 Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
@@ -81,6 +86,11 @@ class ForwardTime:
     def has_prior(self) -> bool:
         """Whether a prior has been set."""
         return self._prior is not None
+
+    @property
+    def observed(self) -> bool:
+        """Whether any forward was observed."""
+        return self._obs[0] > 0.0
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Add a measured forward of ``tokens`` tokens (padding included)."""
@@ -227,7 +237,8 @@ class CostModel:
 
     def __init__(self, config: SpecConfig) -> None:
         self.config = config
-        self.time = ForwardTime()
+        self.time = ForwardTime()  # plain decode steps
+        self.verify_time = ForwardTime()  # verify steps (until one is seen, predicted by `time`)
         self.acceptance = Acceptance()
         self.lookup_seconds = 0.0  # running mean of one draft lookup (per row)
         self.probing = False  # the current step is a probe
@@ -239,6 +250,22 @@ class CostModel:
         # What lookups really yielded: decayed mean, over the steps that looked up, of the expected
         # accepted tokens per row of choose()'s own pick (a probe's forcing aside).
         self._yield: float | None = None
+
+    def set_prior(self, points: Sequence[tuple[int, float]]) -> None:
+        """Set both time fits' prior from ``(tokens, seconds)`` timings of forwards (at startup)."""
+        self.time.set_prior(points)
+        self.verify_time.set_prior(points)
+
+    def observe_step(self, tokens: int, seconds: float, *, verify: bool) -> None:
+        """Add a measured decode step: ``tokens`` in its forward (padding included), its seconds."""
+        (self.verify_time if verify else self.time).observe(tokens, seconds)
+
+    def step_seconds(self, batch: int, width: int) -> float:
+        """Predicted seconds of a decode step of ``batch`` rows: plain (``width`` 1) or verifying."""
+        if width <= 1:
+            return self.time.predict(batch)
+        fit = self.verify_time if self.verify_time.observed else self.time
+        return fit.predict(batch * width)
 
     def max_width(self, batch: int) -> int:
         """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows."""
@@ -268,7 +295,12 @@ class CostModel:
         if self._idle_steps >= self._interval:
             self.probing = True
             self._probe = self._probe_size(batch, width)
-            budget = max(budget, self._probe)
+            # Look up whole drafts (a lookup costs little next to a verify step); choose() verifies
+            # at least the probe, and more if the whole drafts pay. Asking for the probe's few nodes
+            # only would trap the model where wide drafts pay but narrow ones do not (a verify step
+            # has a fixed extra cost): choose() would then see only narrow drafts, judge that nothing
+            # pays, the measured yield of lookups would stay ~0, and drafting would never resume.
+            budget = width - 1
         if budget == 0:
             self._idle_steps += 1
         return [min(c, budget) for c in caps]
@@ -285,7 +317,7 @@ class CostModel:
         """
         if self._yield is None:
             return True  # nothing measured yet: be optimistic
-        return self._yield * self.time.predict(batch) > self.lookup_seconds * batch
+        return self._yield * self.step_seconds(batch, 1) > self.lookup_seconds * batch
 
     def _optimistic_width(self, batch: int, width: int) -> int:
         """Best width if every row had a chain of nodes its source is sure of (``q = 1``).
@@ -301,12 +333,12 @@ class CostModel:
         cached = self._widths.get(batch)
         if cached is not None:
             return min(cached, width)
-        best_width, best = 1, batch / self.time.predict(batch)
+        best_width, best = 1, batch / self.step_seconds(batch, 1)
         value, expected = 1.0, float(batch)
         for w in range(2, width + 1):
             value = min(value, self.acceptance.best_rate(w - 1))
             expected += batch * value
-            score = expected / (self.time.predict(batch * w) + self.lookup_seconds * batch)
+            score = expected / (self.step_seconds(batch, w) + self.lookup_seconds * batch)
             if score > best * (1 + 1e-9):
                 best_width, best = w, score
         self._widths[batch] = best_width
@@ -314,9 +346,11 @@ class CostModel:
 
     def _probe_size(self, batch: int, width: int) -> int:
         """Largest probe whose extra forward time stays within the probe overhead budget (>= 1)."""
-        allowed = self.config.probe_overhead * self.config.probe_interval * self.time.predict(batch)
-        _, per_token = self.time.coefficients()
-        return max(1, min(width - 1, math.floor(allowed / (per_token * batch + 1e-12))))
+        plain = self.step_seconds(batch, 1)
+        allowed = self.config.probe_overhead * self.config.probe_interval * plain
+        allowed -= max(0.0, self.step_seconds(batch, 1 + 1) - plain)  # the first node, fixed extra included
+        per_token = max(0.0, self.step_seconds(batch, 3) - self.step_seconds(batch, 2)) / batch
+        return max(1, min(width - 1, 1 + math.floor(allowed / (per_token * batch + 1e-12))))
 
     def rank(self, draft: DraftTree) -> Ranked:
         """Order a draft's nodes by worth (draft probability), each with its expected acceptance.
@@ -350,11 +384,11 @@ class CostModel:
             chosen = list(drafts)
         else:
             ranked = [self.rank(d) for d in drafts]
-            best_width, best = 1, batch / self.time.predict(batch)
+            best_width, best = 1, batch / self.step_seconds(batch, 1)
             expected = float(batch)
             for w in range(2, width + 1):
                 expected += sum(r.values[w - 2] for r in ranked if len(r.values) >= w - 1)
-                score = expected / self.time.predict(batch * w)
+                score = expected / self.step_seconds(batch, w)
                 if score > best * (1 + 1e-9):
                     best_width, best = w, score
             gain = sum(sum(r.values[: best_width - 1]) for r in ranked) / batch
