@@ -273,7 +273,7 @@ class Speculator:
         ]
         walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
         draw = self._draw_all if self._draws_all(device) else self._draw_walk
-        logprob_rows = draw(hidden, width, walks, params, table if sampled else None, parents)
+        logprob_rows = draw(_DrawInputs(hidden, width, walks, params, table if sampled else None, parents))
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
         for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
@@ -296,20 +296,13 @@ class Speculator:
             return device.type != "cpu"
         return self.config.draws == "all"
 
-    def _draw_walk(
-        self,
-        hidden: torch.Tensor,
-        width: int,
-        walks: list[TreeWalk],
-        params: RowParams,
-        table: list[list[float]] | None,
-        parents: list[list[int]],
-    ) -> list[list[float]]:
+    def _draw_walk(self, step: _DrawInputs) -> list[list[float]]:
         """Draw depth by depth, only at the positions the walks reach.
 
         The LM head and sampling run once per emitted token, however wide the trees (a leaf's
         walk always ends): the cheaper way where arithmetic dominates (a CPU).
         """
+        hidden, width, walks, table = step.hidden, step.width, step.walks, step.table
         device = hidden.device
         logprob_rows: list[list[float]] = [[] for _ in walks]
         active = list(range(len(walks)))
@@ -321,7 +314,7 @@ class Speculator:
                 if table is None
                 else torch.tensor([table[b][len(walks[b].tokens)] for b in active], device=device)
             )
-            tokens, logprobs = sample(self.model.head(hidden[at]), params.select(index), uniforms)
+            tokens, logprobs = sample(self.model.head(hidden[at]), step.params.select(index), uniforms)
             going = []
             for b, token, logprob in zip(active, tokens.tolist(), logprobs.tolist(), strict=True):
                 logprob_rows[b].append(logprob)
@@ -330,15 +323,7 @@ class Speculator:
             active = going
         return logprob_rows
 
-    def _draw_all(
-        self,
-        hidden: torch.Tensor,
-        width: int,
-        walks: list[TreeWalk],
-        params: RowParams,
-        table: list[list[float]] | None,
-        parents: list[list[int]],
-    ) -> list[list[float]]:
+    def _draw_all(self, step: _DrawInputs) -> list[list[float]]:
         """Draw at every tree position in one pass, then walk the trees on the host.
 
         A position at depth ``d`` draws with the row's ``d``-th uniform, the one the walk would
@@ -346,18 +331,18 @@ class Speculator:
         discarded. One LM head over all positions and one sync: the cheaper way where launches
         and syncs dominate (a GPU).
         """
-        rows = len(walks)
         uniforms = None
-        if table is not None:
-            depths = [_depths(p, width) for p in parents]
+        if step.table is not None:
+            depths = [_depths(p, step.width) for p in step.parents]
             uniforms = torch.tensor(
-                [[u[d] for d in ds] for u, ds in zip(table, depths, strict=True)], device=hidden.device
+                [[u[d] for d in ds] for u, ds in zip(step.table, depths, strict=True)],
+                device=step.hidden.device,
             )
-        logits = self.model.head(hidden).view(rows, width, -1)
-        tokens, logprobs = sample(logits, params, uniforms)
+        logits = self.model.head(step.hidden).view(len(step.walks), step.width, -1)
+        tokens, logprobs = sample(logits, step.params, uniforms)
         token_rows, logprob_all = tokens.tolist(), logprobs.tolist()
         logprob_rows: list[list[float]] = []
-        for walk, drawn, lps in zip(walks, token_rows, logprob_all, strict=True):
+        for walk, drawn, lps in zip(step.walks, token_rows, logprob_all, strict=True):
             row: list[float] = []
             while True:
                 position = walk.position
@@ -366,6 +351,18 @@ class Speculator:
                     break
             logprob_rows.append(row)
         return logprob_rows
+
+
+@dataclass
+class _DrawInputs:
+    """What a verify step's draws read: the forward's hidden states and each row's tree and uniforms."""
+
+    hidden: torch.Tensor  # (B * width, E)
+    width: int  # tree positions per row (root included, padded)
+    walks: list[TreeWalk]  # per row, the acceptance walk (advanced by the draws)
+    params: RowParams  # the rows' sampling parameters
+    table: list[list[float]] | None  # per row, the uniforms of depths 0 .. width - 1 (None: all greedy)
+    parents: list[list[int]]  # per row, each tree position's parent position (-1 for the root)
 
 
 def _depths(parents: list[int], width: int) -> list[int]:
