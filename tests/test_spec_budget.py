@@ -43,11 +43,11 @@ def test_a_verify_steps_fixed_extra_cost_keeps_narrow_unsure_drafts_out() -> Non
     is not spread over the tokens of a line through decode and verify steps alike."""
     model = _model(per_forward=0.01, per_token=0.0001)
     for _ in range(50):
-        model.observe_step(16, 0.01, verify=False)
+        model.observe_step(16, 1, 0.01)
     drafts = [_chain(1, prob=0.3)] * 16  # 0.3 expected tokens per row
     assert all(model.choose(drafts))  # verify steps predicted by the decode fit: 20.8 tokens in 0.0116 s pay
     for _ in range(50):
-        model.observe_step(16 * 5, 0.02, verify=True)  # measured: a verify step costs 2x a decode step
+        model.observe_step(16, 5, 0.02)  # measured: a verify step costs 2x a decode step
     assert model.step_seconds(16, 2) == pytest.approx(0.02 - 0.0001 * 16 * 3, rel=0.05)
     assert not any(model.choose(drafts))  # 20.8 tokens in ~0.015 s do not beat 16 in 0.01 s
     assert all(model.choose([_chain(4, prob=1.0)] * 16))  # sure drafts still pay
@@ -75,6 +75,39 @@ def test_back_off_drafts_are_calibrated_apart_from_their_source() -> None:
     assert max(model.rank(loose).values) < 0.05  # learnt: they do not pay
     assert model.rank(sure).values[0] == 1.0  # full-suffix task drafts keep their own calibration
     assert subtree(loose, [0]).backoff
+
+
+def test_acceptance_is_calibrated_per_request_group() -> None:
+    model = _model(0.01, 0.0001)
+    drafts = [_chain(3), _chain(3)]
+    for _ in range(5):  # the same source's drafts: always rejected in one env, always taken in the other
+        model.observe_verify(drafts, [(), (0, 1, 2)], ["srt/Retail-v0", "srt/Calculator-v0"])
+    assert max(model.rank(drafts[0], "srt/Retail-v0").values) < 0.05
+    assert model.rank(drafts[1], "srt/Calculator-v0").values == (1.0, 1.0, 1.0)
+    assert model.rank(drafts[1], "").values == (1.0, 1.0, 1.0)  # the shared group saw nothing yet
+    chosen = model.choose(drafts, ["srt/Retail-v0", "srt/Calculator-v0"])
+    assert len(chosen[1]) == 3  # the Calculator row keeps its draft
+
+
+def test_probe_back_off_is_per_request_group() -> None:
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4)
+    retail = ["srt/Retail-v0"]
+    for _ in range(3):
+        model.observe_verify([_chain(8)], [()], retail)
+    gaps, idle = [], 0
+    for _ in range(100):  # Retail's probes find nothing: they back off
+        if model.ask([20], retail)[0] and model.probing:
+            gaps.append(idle)
+            idle = 0
+            model.observe_verify(model.choose([_chain(8)], retail), [()], retail)
+        else:
+            idle += 1
+    assert gaps[-1] >= 16
+    calculator = ["srt/Calculator-v0"]
+    steps = 0
+    while not (model.ask([20], calculator)[0] and model.probing):
+        steps += 1
+    assert steps <= 4  # a Calculator batch is probed at the base interval, not Retail's
 
 
 def test_cheap_tokens_draft_the_maximum_and_expensive_ones_nothing() -> None:
@@ -115,9 +148,9 @@ def test_a_probe_with_whole_drafts_resumes_drafting_where_only_wide_drafts_pay()
     stopped, a probe must offer choose() whole drafts, or it would never see them pay."""
     model = _model(per_forward=0.01, per_token=0.00001, probe_interval=4)  # a GPU: tokens are cheap
     for _ in range(50):
-        model.observe_step(16, 0.01, verify=False)
-        model.observe_step(16 * 2, 0.019, verify=True)  # but a verify step has a fixed extra
-        model.observe_step(16 * 9, 0.0201, verify=True)
+        model.observe_step(16, 1, 0.01)
+        model.observe_step(16, 2, 0.019)  # but a verify step has a fixed extra
+        model.observe_step(16, 9, 0.0201)
     for _ in range(30):  # only narrow, unsure drafts came back: nothing paid, lookups stopped
         assert not any(model.choose([_chain(1, prob=0.5)] * 16))
     budgets = model.ask([20] * 16)  # idle long enough: a probe

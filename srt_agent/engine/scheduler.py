@@ -271,7 +271,7 @@ class Scheduler:
             self.abort_all(f"decode step failed: {type(exc).__name__}: {exc}")
             return
         if spec is not None:
-            spec.cost.observe_step(b * width, seconds, verify=width > 1)
+            spec.cost.observe_step(b, width, seconds)
         for s in self.rows:
             s.decode_passes += 1
         self.decode_steps += 1

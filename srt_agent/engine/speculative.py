@@ -167,14 +167,15 @@ class Speculator:
         if not self.config.enabled:
             return None
         caps = [max(0, min(s.tokens_left() - 1, self.config.max_draft_tokens)) for s in rows]
-        budgets = self.cost.ask(caps)
+        groups = [s.request.draft_group for s in rows]
+        budgets = self.cost.ask(caps, groups)
         if not any(budgets):
             return None
         start = time.perf_counter()
         drafts = [self._draft(s, k) if k > 0 else EMPTY_DRAFT for s, k in zip(rows, budgets, strict=True)]
         elapsed = time.perf_counter() - start
         self.cost.observe_lookup(elapsed / sum(1 for k in budgets if k > 0))
-        chosen = self.cost.choose(drafts)
+        chosen = self.cost.choose(drafts, groups)
         self.counters.add_time(draft=elapsed)
         self.counters.add(empty_drafts=sum(1 for k, d in zip(budgets, chosen, strict=True) if k and not d))
         if not any(chosen):
@@ -286,7 +287,7 @@ class Speculator:
             if draft:
                 runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])
                 self.counters.add_verified(draft.source, len(draft), len(verdict.accepted), runahead)
-        self.cost.observe_verify(drafts, accepted)
+        self.cost.observe_verify(drafts, accepted, [s.request.draft_group for s in rows])
         self.counters.add(verify_forwards=1)
         self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
         return emitted

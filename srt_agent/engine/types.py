@@ -88,6 +88,9 @@ class GenerationRequest:
         state_key: :func:`state_key` of ``prompt_ids`` (computed if not given).
         task_id: The env task this belongs to (lets the tree cache fall back to same-task drafts).
         priority: ``live`` (the default) or ``runahead`` (see :data:`Priority`).
+        draft_group: Requests of one group share the speculation cost model's acceptance
+            calibration (the rollout scheduler uses the env id): drafts of an env whose drafts are
+            rarely right do not make another env's look bad. ``""``: the shared group.
     """
 
     request_id: str
@@ -96,6 +99,7 @@ class GenerationRequest:
     state_key: str = ""
     task_id: str = ""
     priority: Priority = "live"
+    draft_group: str = ""
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

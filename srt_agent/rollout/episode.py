@@ -205,6 +205,7 @@ class EpisodeRunner:
             prompt_ids=transcript.token_ids,
             params=params,
             task_id=self.task_id,
+            draft_group=self.spec.env_id,
         )
 
     async def _generate(self, transcript: TokenTranscript) -> GenerationOutput:

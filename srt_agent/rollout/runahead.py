@@ -85,6 +85,7 @@ class RunAheadJob:
         task_id: The env task (for the cache's same-task fallback).
         source: ``announce`` or ``tool``.
         batch: Batches started when the job was queued (announced jobs expire after the next one).
+        group: The request's ``draft_group`` (the env id where known).
     """
 
     prompt_ids: tuple[int, ...]
@@ -92,6 +93,7 @@ class RunAheadJob:
     task_id: str
     source: JobSource
     batch: int = 0
+    group: str = ""
 
 
 @dataclass
@@ -198,7 +200,7 @@ class RunAhead:
         key = state_key(predicted.token_ids)
         self._predicted[episode_id] = key
         self._counts["predicted"] += 1
-        self._push(RunAheadJob(predicted.token_ids, key, task_id, "tool", self._batches), front=True)
+        self._push(RunAheadJob(predicted.token_ids, key, task_id, "tool", self._batches, env_id), front=True)
         self.pump()
         return key
 
@@ -321,6 +323,7 @@ class RunAhead:
             state_key=job.state_key,
             task_id=job.task_id,
             priority="runahead",
+            draft_group=job.group,
         )
 
     async def _run(self, request: GenerationRequest) -> None:

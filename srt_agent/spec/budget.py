@@ -9,12 +9,16 @@ Each step the model maximises expected emitted tokens per second over the verify
 * **Forward time** ``time(n) = a + b * n`` for a forward over ``n`` tokens (:class:`ForwardTime`):
   a prior from timing the model once at startup, refined by a least-squares fit over the recent
   real forwards, so it follows the machine (CPU forwards grow with tokens; GPU ones barely do).
-  Plain decode steps and verify steps get a fit each: a verify step pays a fixed extra (the tree
-  mask, the draws and the walk) that one line through both kinds would spread over the tokens,
-  under-predicting narrow verify steps (on a GPU, where a verify step cost ~1.6x a decode step at
-  nearly the same forward time, that made drafts of ~1.2 tokens per forward look worth it).
+  Plain decode steps are fitted by rows; a verify step's time over the plain step of the same rows
+  gets its own fit, by draft tokens: a verify step pays a fixed extra (the tree mask, the draws and
+  the walk) that one line through both kinds would spread over the tokens, under-predicting narrow
+  verify steps (on a GPU, where a verify step cost ~1.6x a decode step at nearly the same forward
+  time, that made drafts of ~1.2 tokens per forward look worth it). Fitting the extra rather than
+  the whole verify step keeps it valid while verify steps are rare and contexts change.
 * **Expected acceptance** of a node (:class:`Acceptance`): the draft's own estimate ``q`` (its
-  path probability) times a calibration factor per draft source and depth, measured as
+  path probability) times a calibration factor per draft source and depth (and per request
+  ``draft_group``, the rollout scheduler's env id, so that one env's poor drafts do not make
+  another env's look poor), measured as
   accepted / expected over recent verify steps, capped at 1 and at the parent's value (a node is
   accepted only after its parent). Drafts that never match (random tokens, a stale cache) drive
   the factor to ~0, and then no draft pays: the step decodes plainly and the draft source is not
@@ -28,7 +32,8 @@ Each step the model maximises expected emitted tokens per second over the verify
   verifies at least a small part of them anyway, sized so probes cost at most ``probe_overhead`` of
   decode time; otherwise a draft source that starts to pay (the cache fills up) would never be
   noticed. Each probe that finds nothing doubles
-  the interval (up to 16x); an accepted node resets it.
+  the interval of the request groups it probed (up to 16x); an accepted node resets it; a step
+  probes when the interval of any group among its rows is due.
 
 Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
 bookkeeping per step; this keeps speculation within a few percent of plain decoding. What the
@@ -148,7 +153,8 @@ class _Cell:
 class Acceptance:
     """Calibration of draft probabilities: expected acceptance of a node is ``min(1, rate * q)``.
 
-    One cell per (draft source, depth); all cells forget at each verify step.
+    One cell per (calibration key, depth), the key being the draft's calibration class within its
+    request's group; all cells forget at each verify step.
     """
 
     cells: dict[tuple[str, int], _Cell] = field(default_factory=dict)
@@ -237,14 +243,21 @@ class CostModel:
 
     def __init__(self, config: SpecConfig) -> None:
         self.config = config
-        self.time = ForwardTime()  # plain decode steps
-        self.verify_time = ForwardTime()  # verify steps (until one is seen, predicted by `time`)
+        self.time = ForwardTime()  # plain decode steps: seconds vs rows
+        # Verify steps: seconds over a plain step of the same rows, vs draft tokens. Fitting the
+        # extra, not the whole step, keeps it valid when the plain step's cost moves (longer
+        # contexts, another env's batch): the plain fit stays fresh, the extra rarely changes.
+        self.verify_extra = ForwardTime()
         self.acceptance = Acceptance()
         self.lookup_seconds = 0.0  # running mean of one draft lookup (per row)
         self.probing = False  # the current step is a probe
         self._probe = 0  # draft tokens the current probe verifies
         self._idle_steps = 0  # decode steps since the last verified draft
-        self._interval = config.probe_interval  # doubles while probes find nothing
+        # Per request group, steps between probes: doubles while a group's probes find nothing.
+        # Per group, so that a stretch of one env's useless drafts does not delay the probes
+        # that would find another env's drafts paying (measured: Retail batches backed the
+        # interval off to 256 steps, most of the next Calculator batch).
+        self._intervals: dict[str, int] = {}
         self._widths: dict[int, int] = {}  # batch -> cached optimistic width of ask()
         self._widths_age = 0
         # What lookups really yielded: decayed mean, over the steps that looked up, of the expected
@@ -252,32 +265,43 @@ class CostModel:
         self._yield: float | None = None
 
     def set_prior(self, points: Sequence[tuple[int, float]]) -> None:
-        """Set both time fits' prior from ``(tokens, seconds)`` timings of forwards (at startup)."""
-        self.time.set_prior(points)
-        self.verify_time.set_prior(points)
+        """Set the time fits' prior from ``(tokens, seconds)`` timings of forwards (at startup).
 
-    def observe_step(self, tokens: int, seconds: float, *, verify: bool) -> None:
-        """Add a measured decode step: ``tokens`` in its forward (padding included), its seconds."""
-        (self.verify_time if verify else self.time).observe(tokens, seconds)
+        The verify extra's prior is the forwards' cost per token, with no fixed part.
+        """
+        self.time.set_prior(points)
+        _, per_token = self.time.coefficients()
+        self.verify_extra.set_prior([(0, 0.0), (64, 64 * per_token)])
+
+    def observe_step(self, batch: int, width: int, seconds: float) -> None:
+        """Add a measured decode step of ``batch`` rows, ``width`` tokens each (1: plain decoding)."""
+        if width <= 1:
+            self.time.observe(batch, seconds)
+        else:
+            self.verify_extra.observe(batch * (width - 1), seconds - self.time.predict(batch))
 
     def step_seconds(self, batch: int, width: int) -> float:
         """Predicted seconds of a decode step of ``batch`` rows: plain (``width`` 1) or verifying."""
+        plain = self.time.predict(batch)
         if width <= 1:
-            return self.time.predict(batch)
-        fit = self.verify_time if self.verify_time.observed else self.time
-        return fit.predict(batch * width)
+            return plain
+        drafted = batch * (width - 1)
+        if self.verify_extra.observed:
+            return plain + self.verify_extra.predict(drafted)
+        return plain + self.time.coefficients()[1] * drafted
 
     def max_width(self, batch: int) -> int:
         """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows."""
         return max(1, min(1 + self.config.max_draft_tokens, self.config.max_batch_tokens // max(batch, 1)))
 
-    def ask(self, caps: Sequence[int]) -> list[int]:
+    def ask(self, caps: Sequence[int], groups: Sequence[str] | None = None) -> list[int]:
         """How many draft tokens to ask the draft source for, per row (0: do not ask).
 
         Asks only if drafts could pay at all (:meth:`_optimistic_width`) or to probe.
 
         Args:
             caps: Per row, the most draft tokens that can be used (tokens left minus one).
+            groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
 
         Returns:
             Per-row budgets.
@@ -292,7 +316,8 @@ class CostModel:
         budget = self._optimistic_width(batch, width) - 1
         if budget and not self._lookups_pay(batch):
             budget = 0
-        if self._idle_steps >= self._interval:
+        base = self.config.probe_interval
+        if self._idle_steps >= min(self._intervals.get(g, base) for g in set(groups or [""])):
             self.probing = True
             self._probe = self._probe_size(batch, width)
             # Look up whole drafts (a lookup costs little next to a verify step); choose() verifies
@@ -352,26 +377,29 @@ class CostModel:
         per_token = max(0.0, self.step_seconds(batch, 3) - self.step_seconds(batch, 2)) / batch
         return max(1, min(width - 1, 1 + math.floor(allowed / (per_token * batch + 1e-12))))
 
-    def rank(self, draft: DraftTree) -> Ranked:
+    def rank(self, draft: DraftTree, group: str = "") -> Ranked:
         """Order a draft's nodes by worth (draft probability), each with its expected acceptance.
 
         A node's probability is capped by its ancestors' (a path probability cannot grow), so
         sorting by it, then depth, keeps every ancestor before its descendants. Its expected
         acceptance is the calibrated probability, capped by its parent's (accepted only after it).
+        ``group`` is the request's ``draft_group``: calibration is kept per group.
         """
         q, depth = _node_stats(draft)
+        key = _calibration_key(draft, group)
         values: list[float] = []
         for j, parent in enumerate(draft.parents):
-            v = min(1.0, self.acceptance.rate(draft.calibration, depth[j]) * q[j])
+            v = min(1.0, self.acceptance.rate(key, depth[j]) * q[j])
             values.append(min(v, values[parent]) if parent >= 0 else v)
         order = sorted(range(len(draft)), key=lambda j: (-q[j], depth[j], j))
         return Ranked(tuple(order), tuple(values[j] for j in order))
 
-    def choose(self, drafts: Sequence[DraftTree]) -> list[DraftTree]:
+    def choose(self, drafts: Sequence[DraftTree], groups: Sequence[str] | None = None) -> list[DraftTree]:
         """Trim the drafts to the nodes worth verifying this step (one common width).
 
         Args:
             drafts: Per row, the draft the source returned (within the asked budget).
+            groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
 
         Returns:
             Per row, the draft to verify (possibly empty); all empty means decode plainly.
@@ -383,7 +411,7 @@ class CostModel:
         elif not self.config.adaptive:  # the drafts are within the asked budgets: verify them whole
             chosen = list(drafts)
         else:
-            ranked = [self.rank(d) for d in drafts]
+            ranked = [self.rank(d, g) for d, g in zip(drafts, groups or [""] * batch, strict=True)]
             best_width, best = 1, batch / self.step_seconds(batch, 1)
             expected = float(batch)
             for w in range(2, width + 1):
@@ -405,7 +433,12 @@ class CostModel:
         """Add a measured draft lookup time (seconds per asked row)."""
         self.lookup_seconds = 0.9 * self.lookup_seconds + 0.1 * seconds_per_row
 
-    def observe_verify(self, drafts: Sequence[DraftTree], accepted: Sequence[Sequence[int]]) -> None:
+    def observe_verify(
+        self,
+        drafts: Sequence[DraftTree],
+        accepted: Sequence[Sequence[int]],
+        groups: Sequence[str] | None = None,
+    ) -> None:
         """Update the acceptance calibration with one verify step.
 
         A probe that found nothing doubles the interval to the next one (up to 16 times the
@@ -414,18 +447,32 @@ class CostModel:
         Args:
             drafts: The verified drafts (as returned by :meth:`choose`).
             accepted: Per row, the accepted node indices.
+            groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
         """
         observations: list[tuple[str, int, float, bool]] = []
-        for draft, path in zip(drafts, accepted, strict=True):
+        rows = groups or [""] * len(drafts)
+        for draft, path, group in zip(drafts, accepted, rows, strict=True):
             taken = set(path)
             q, depth = _node_stats(draft)
-            observations += [(draft.calibration, depth[j], q[j], j in taken) for j in range(len(draft))]
+            key = _calibration_key(draft, group)
+            observations += [(key, depth[j], q[j], j in taken) for j in range(len(draft))]
         self.acceptance.observe(observations)
         self._widths.clear()
-        if any(accepted):
-            self._interval = self.config.probe_interval
-        elif self.probing:
-            self._interval = min(2 * self._interval, 16 * self.config.probe_interval)
+        base = self.config.probe_interval
+        hits: dict[str, bool] = {}
+        for draft, path, group in zip(drafts, accepted, rows, strict=True):
+            if draft:
+                hits[group] = hits.get(group, False) or bool(path)
+        for group, hit in hits.items():
+            if hit:
+                self._intervals[group] = base
+            elif self.probing:
+                self._intervals[group] = min(2 * self._intervals.get(group, base), 16 * base)
+
+
+def _calibration_key(draft: DraftTree, group: str) -> str:
+    """The acceptance cell family of a draft: its calibration class, within its request's group."""
+    return f"{group}|{draft.calibration}" if group else draft.calibration
 
 
 def _node_stats(draft: DraftTree) -> tuple[list[float], list[int]]:
