@@ -31,9 +31,9 @@ Each step the model maximises expected emitted tokens per second over the verify
 * **Probes**: after ``probe_interval`` steps without drafts, one step looks up whole drafts and
   verifies at least a small part of them anyway, sized so probes cost at most ``probe_overhead`` of
   decode time; otherwise a draft source that starts to pay (the cache fills up) would never be
-  noticed. Each probe that finds nothing doubles
-  the interval of the request groups it probed (up to 16x); an accepted node resets it; a step
-  probes when the interval of any group among its rows is due.
+  noticed. Each probe that finds nothing doubles the interval of the request groups it probed (up
+  to 16x); an accepted node resets it; a step probes when the interval of any group among its rows
+  is due.
 
 Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
 bookkeeping per step; this keeps speculation within a few percent of plain decoding. What the
