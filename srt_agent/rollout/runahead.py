@@ -148,21 +148,25 @@ class RunAhead:
         return len(self._running)
 
     # ------------------------------------------------------------------ sources
-    def queue_announced(self, prompts: Sequence[tuple[tuple[int, ...], str]]) -> int:
-        """Queue ``announce_samples`` jobs per distinct first-turn prompt ``(prompt_ids, task_id)``.
+    def queue_announced(self, prompts: Sequence[tuple[tuple[int, ...], str, str]]) -> int:
+        """Queue ``announce_samples`` jobs per distinct first-turn prompt.
+
+        Args:
+            prompts: ``(prompt_ids, task_id, env_id)`` of each announced first turn (the env id is
+                the requests' ``draft_group``, as for the live requests of that env).
 
         Returns:
             Jobs queued.
         """
         seen: set[str] = set()
         queued = 0
-        for prompt_ids, task_id in prompts:
+        for prompt_ids, task_id, env_id in prompts:
             key = state_key(prompt_ids)
             if key in seen:
                 continue
             seen.add(key)
             for _ in range(self.config.announce_samples):
-                job = RunAheadJob(tuple(prompt_ids), key, task_id, "announce", self._batches)
+                job = RunAheadJob(tuple(prompt_ids), key, task_id, "announce", self._batches, env_id)
                 self._push(job, front=False)
                 queued += 1
         self._counts["announced"] += queued

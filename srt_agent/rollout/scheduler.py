@@ -109,7 +109,7 @@ class RolloutScheduler:
         """
         if self.runahead is None:
             return 0
-        prompts: list[tuple[tuple[int, ...], str]] = []
+        prompts: list[tuple[tuple[int, ...], str, str]] = []
         for spec in episodes:
             env = make(spec.env_id, **dict(spec.env_options))
             try:
@@ -118,7 +118,7 @@ class RolloutScheduler:
             finally:
                 env.close()
             start = self.fmt.start(tuple(opening), list(info.get("tools") or ()))
-            prompts.append((start.token_ids, str(info.get("task_id", ""))))
+            prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id))
         return self.runahead.queue_announced(prompts)
 
     async def run(self, episodes: Sequence[EpisodeSpec]) -> list[Trajectory]:
