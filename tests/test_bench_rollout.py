@@ -94,6 +94,10 @@ def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> No
         RolloutBenchConfig(tmp_path, rounds=0)
     with pytest.raises(ValueError, match="backoff_window must be >= 0"):
         RolloutBenchConfig(tmp_path, backoff_window=-1)
+    with pytest.raises(ValueError, match="backoff_window"):  # the tree cache's own bound
+        RolloutBenchConfig(tmp_path, backoff_window=20)
+    with pytest.raises(ValueError, match="draws"):
+        RolloutBenchConfig(tmp_path, draws="bogus")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="asks for CUDA"):
             RolloutBenchConfig(tmp_path, device="cuda")

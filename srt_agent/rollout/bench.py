@@ -47,6 +47,8 @@ from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.metrics import RolloutMetrics
 from srt_agent.rollout.runahead import RunAheadConfig
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
+from srt_agent.spec.cache_types import TreeCacheConfig
+from srt_agent.spec.config import SpecConfig
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +128,18 @@ class RolloutBenchConfig:
             raise ValueError("envs must name at least one env")
         if "off" not in self.configs:
             object.__setattr__(self, "configs", ("off", *self.configs))
-        if self.draws not in ("auto", "walk", "all"):
-            raise ValueError(f"draws must be auto, walk or all, got {self.draws!r}")
         if self.backoff_window < 0:
             raise ValueError(f"backoff_window must be >= 0 (0: off), got {self.backoff_window}")
+        self.spec_configs()  # their own validation (a ValueError naming the field and its bounds)
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {self.device!r} asks for CUDA, which this torch cannot see; use cpu")
+
+    def spec_configs(self) -> tuple[TreeCacheConfig, SpecConfig]:
+        """The tree cache's and the engine's speculation settings of the speculating configurations."""
+        limits: dict[str, Any] = {"draws": self.draws}
+        if self.max_draft_tokens is not None:
+            limits["max_draft_tokens"] = self.max_draft_tokens
+        return TreeCacheConfig(backoff_window=self.backoff_window), SpecConfig.model_validate(limits)
 
 
 @dataclass(frozen=True)
@@ -192,8 +200,6 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     from srt_agent.engine.checkpoint import read_config
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.rollout.bench_peers import HFEngine, UselessDrafts, register_latency_env
-    from srt_agent.spec.cache_types import TreeCacheConfig
-    from srt_agent.spec.config import SpecConfig
     from srt_agent.spec.tree_cache import TreeCache
 
     engine: Engine
@@ -203,14 +209,11 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
         engine = HFEngine(config.model_dir, prompt_lookup=10, device=config.device)
     else:
         source: Any = None
+        cache_config, spec = config.spec_configs()
         if name == "useless":
             source = UselessDrafts(read_config(config.model_dir).vocab_size, seed=config.seed)
         elif name != "off":
-            source = TreeCache(TreeCacheConfig(backoff_window=config.backoff_window))
-        limits: dict[str, Any] = {"draws": config.draws}
-        if config.max_draft_tokens is not None:
-            limits["max_draft_tokens"] = config.max_draft_tokens
-        spec = SpecConfig.model_validate(limits)
+            source = TreeCache(cache_config)
         engine = TorchEngine(
             config.model_dir,
             max_batch_size=config.max_batch_size,
