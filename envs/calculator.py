@@ -18,6 +18,10 @@ Rewards:
   as tool messages and the episode goes on.
 
 ``reset(options={"family": "travel", "steps": 3})`` asks for a specific family and step count.
+
+Two scripted policies solve every task: ``oracle()`` with one calculator call per turn, and
+``mental_oracle()`` in one turn without the tool (a second demonstrator for the ``tool-choice``
+model build, whose RL lesson is to use the calculator).
 """
 
 from __future__ import annotations
@@ -197,6 +201,10 @@ class CalculatorEnv(MultiTurnEnv):
         """A policy that follows the problem's plan, one calculator call per turn."""
         return CalculatorOracle(self.problem)
 
+    def mental_oracle(self) -> Policy:
+        """A policy that solves the problem in one turn without the calculator (see :class:`MentalOracle`)."""
+        return MentalOracle(self.problem)
+
 
 _FIRST = ("First, {note}.", "Let me start with {note}.", "Step 1: {note}.", "I'll begin with {note}.")
 _NEXT = ("Next, {note}.", "Now I'll work out {note}.", "Next I need {note}.", "Then comes {note}.")
@@ -241,6 +249,34 @@ class CalculatorOracle:
             text = f"{said}. {text}"
         call = format_tool_call("calculator", {"expression": steps[k].fill(results)})
         return f"{text}\n{call}"
+
+
+class MentalOracle:
+    """Solves a problem in one turn without the tool: each step's arithmetic and result written out.
+
+    A second demonstrator for warm starts in which *whether to use the tool* is left for RL to
+    learn. Its answers are right (the results come from the problem's plan), but a small model that
+    imitates it has to do multi-digit arithmetic token by token, which it gets wrong nearly always;
+    the tool path works far more often. Its sentences open like :class:`CalculatorOracle`'s, so the
+    two part ways at the first step's expression: a calculator call, or the arithmetic inline.
+
+    Args:
+        problem: The problem to solve.
+    """
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+
+    def act(self, history: Sequence[Message]) -> str:
+        """The whole solution and the final answer, in one turn."""
+        steps, outputs = self.problem.steps, self.problem.outputs
+        digest = int.from_bytes(hashlib.sha256("\x00".join(m.content for m in history).encode()).digest()[:8])
+        parts = []
+        for k, step in enumerate(steps):
+            leads = _FIRST if k == 0 else _LAST if k == len(steps) - 1 else _NEXT
+            lead = leads[(digest >> (3 * k)) % len(leads)].format(note=step.note)
+            parts.append(f"{lead} {step.fill(outputs)} = {outputs[k]}.")
+        return " ".join(parts) + f"\n<answer>{outputs[-1]}</answer>"
 
 
 def _is_number(text: str) -> bool:

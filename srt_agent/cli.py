@@ -197,20 +197,27 @@ def build_model_cmd(
     device: Annotated[
         str, typer.Option(help="Where SFT runs: cpu (deterministic per seed and threads) or cuda.")
     ] = "cpu",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="embedded (the default model) or tool-choice (Calculator warm start mixed with tool-free "
+            "demonstrations: the RL quickstart's model)."
+        ),
+    ] = "embedded",
 ) -> None:
     """Build the embedded model on CPU: tokenizer, small Llama, SFT on oracle demonstrations."""
     from dataclasses import replace
 
-    from srt_agent.model.build import BuildConfig, BuildDirError, build_model
+    from srt_agent.model.build import BuildDirError, build_model, preset_config
 
     target = out or default_model_dir()
-    defaults = BuildConfig()
     try:
+        defaults = preset_config(preset)
         config = replace(defaults, sft=replace(defaults.sft, device=device))
         report = build_model(target, seed=seed, force=force, config=config)
     except (BuildDirError, ValueError) as exc:
         raise _report_error(exc) from None
-    table = Table(title=f"Embedded model -> {target}")
+    table = Table(title=f"{preset} model -> {target}")
     table.add_column("figure")
     table.add_column("value", justify="right")
     record = build_record(report)

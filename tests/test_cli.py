@@ -85,3 +85,10 @@ def test_human_play_quit_and_eof() -> None:
     assert play(GenericTestEnv(), seed=0, oracle=False, console=console, read_line=eof) is None
     assert "Stopped." in console.export_text()
     assert srt_agent.registered_envs()
+
+
+def test_build_model_with_an_unknown_preset_exits_2_with_choices(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["build-model", "--out", str(tmp_path / "m"), "--preset", "big"])
+    assert result.exit_code == 2
+    assert "unknown build preset 'big'" in result.output and "embedded, tool-choice" in result.output
+    assert not (tmp_path / "m").exists()  # nothing built

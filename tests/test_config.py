@@ -36,7 +36,8 @@ def test_shipped_configs_load(name: str) -> None:
 def test_quickstart_is_grpo_with_srt_on_and_fits_one_screen() -> None:
     cfg = load_config(QUICKSTART)
     assert (cfg.algo.estimator, cfg.spec.enabled, cfg.spec.run_ahead) == ("grpo", True, True)
-    assert cfg.model.dir == Path("runs/embedded-model") and cfg.model.build_if_missing
+    assert cfg.model.dir == Path("runs/tool-choice-model") and cfg.model.build_if_missing
+    assert cfg.model.build_preset == "tool-choice"
     assert cfg.algo.clip_high == 0.28 and cfg.rollout.n == 8
     assert len(QUICKSTART.read_text().splitlines()) <= 50
 
@@ -110,7 +111,7 @@ def test_flat_is_dotted_and_json_safe() -> None:
     flat = load_config(QUICKSTART, ["env.options.max_steps=3"]).flat()
     assert flat["algo.kl.coef"] == 0.0 and flat["spec.cache.byte_budget"] == 268435456
     assert flat["optim.betas"] == [0.9, 0.999] and flat["env.options.max_steps"] == 3
-    assert flat["model.dir"] == "runs/embedded-model" and flat["trainer.log"] == ["jsonl"]
+    assert flat["model.dir"] == "runs/tool-choice-model" and flat["trainer.log"] == ["jsonl"]
     assert not any(isinstance(v, dict) for v in flat.values())
     json.dumps(flat)
 

@@ -35,6 +35,9 @@ def test_bad_choice_lists_the_choices() -> None:
         "algo.estimator = 'ppo': must be one of gae, grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline"
     ]
     assert _problems("algo.kl.mode=both") == ["algo.kl.mode = 'both': must be one of reward, loss"]
+    assert _problems("model.build_preset=big") == [
+        "model.build_preset = 'big': must be one of embedded, tool-choice"
+    ]
 
 
 def test_wrong_type_names_key_and_value() -> None:

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import srt_agent.model.build as build_mod
 from srt_agent.chat_format import ChatFormat
 from srt_agent.model import BuildDirError, build_model, ensure_model, is_model_dir, quick_eval
-from srt_agent.model.build import BUILD_FILE, BuildConfig
+from srt_agent.model.build import BUILD_FILE, PRESETS, BuildConfig, preset_config
+from srt_agent.model.demos import DemoSource
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +54,7 @@ def test_tiny_build_saves_a_loadable_hf_directory(tiny_dir: Path) -> None:
 def test_build_metadata_records_the_figures(tiny_dir: Path) -> None:
     meta = json.loads((tiny_dir / BUILD_FILE).read_text())
     assert meta["seed"] == 0 and meta["steps"] == TINY.sft.steps
-    assert meta["demos"] == dict(TINY.demos)
+    assert meta["demos"] == {"srt/Calculator-v0": 12, "srt/GuessNumber-v0": 4, "srt/Retail-v0": 2}
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert meta["params"] == sum(p.numel() for p in model.parameters())
     assert 0 < meta["loss_tokens"] < meta["tokens_trained"]
@@ -116,15 +118,42 @@ def test_quick_eval_plays_whole_episodes(tiny_dir: Path) -> None:
     assert 1 <= res.mean_turns <= 12 and res.context_overflows == 0
 
 
+def test_a_build_records_each_demonstrator_of_an_env_apart(tmp_path: Path) -> None:
+    cfg = replace(TINY, demos=(("srt/Calculator-v0", 4), ("srt/Calculator-v0", 3, "mental")))
+    assert cfg.demos[1] == DemoSource("srt/Calculator-v0", 3, "mental")  # plain tuples are normalised
+    build_model(tmp_path / "m", config=cfg, show_progress=False)
+    meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
+    assert meta["demos"] == {"srt/Calculator-v0": 4, "srt/Calculator-v0/mental": 3}
+    # One short turn each: the tool-free demonstrations are shorter than the oracle's.
+    assert meta["seq_len"]["srt/Calculator-v0/mental"]["mean"] < meta["seq_len"]["srt/Calculator-v0"]["mean"]
+    with pytest.raises(ValueError, match="unknown demonstrator 'guess'"):
+        replace(TINY, demos=(("srt/Calculator-v0", 4, "guess"),))
+
+
+def test_presets_match_the_run_config_choices() -> None:
+    from typing import get_args
+
+    from srt_agent.config.sections import ModelSection
+
+    assert set(get_args(ModelSection.model_fields["build_preset"].annotation)) == set(PRESETS)
+    assert PRESETS["embedded"] == BuildConfig()
+    assert {s.label for s in preset_config("tool-choice").demos} >= {"srt/Calculator-v0/mental"}
+    with pytest.raises(ValueError, match="unknown build preset 'big'; choose from embedded, tool-choice"):
+        preset_config("big")
+
+
 @pytest.mark.slow
-def test_default_build_meets_the_time_budget_and_records_metadata(tmp_path: Path) -> None:
-    report = build_model(tmp_path / "default", seed=0, show_progress=False)
-    meta = json.loads((tmp_path / "default" / BUILD_FILE).read_text())
-    assert report.seconds <= 240, f"default build took {report.seconds:.0f}s, over the 4-minute budget"
-    assert meta["seconds"] == report.seconds and meta["steps"] == BuildConfig().sft.steps
-    assert meta["demos"] == dict(BuildConfig().demos)
-    assert 1_000_000 <= meta["params"] <= 10_000_000
+@pytest.mark.parametrize("preset", ["embedded", "tool-choice"])
+def test_preset_builds_fit_the_quickstart_budget_and_record_metadata(preset: str, tmp_path: Path) -> None:
+    cfg = preset_config(preset)
+    report = build_model(tmp_path / preset, seed=0, config=cfg, show_progress=False)
+    meta = json.loads((tmp_path / preset / BUILD_FILE).read_text())
+    # The RL quickstart has 10 minutes on 2 cores, build included; its training takes ~2.5 of them.
+    assert report.seconds <= 420, f"{preset} build took {report.seconds:.0f}s, over the 7-minute budget"
+    assert meta["seconds"] == report.seconds and meta["steps"] == cfg.sft.steps
+    assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
+    assert 300_000 <= meta["params"] <= 10_000_000
     assert meta["final_loss"] < 1.0
     assert all(s["max"] <= meta["context"] for s in meta["seq_len"].values())
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "default")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / preset)
     assert sum(p.numel() for p in model.parameters()) == meta["params"]

@@ -41,3 +41,44 @@ def test_loss_mask_covers_exactly_the_assistant_tokens(env_id: str) -> None:
             covered.update(range(s, e))
         assert {i for i, m in enumerate(tr.loss_mask) if m} == covered
         assert tr.token_ids[-1] == fmt.stop_token_ids[0]
+
+
+def test_the_mental_demonstrator_solves_each_problem_in_one_turn_without_the_tool() -> None:
+    from srt_agent.model.demos import collect_demos
+
+    ds = collect_demos("srt/Calculator-v0", 20, demonstrator="mental")
+    assert len(ds) == 20  # every answer is right
+    for d in ds:
+        assert len(d.turns) == 1 and "<tool_call>" not in d.turns[0].action
+        assert d.turns[0].action.count(" = ") >= 2  # each step's arithmetic written out (2-5 steps)
+        assert d.turns[0].action.rstrip().endswith("</answer>")
+
+
+def test_two_demonstrators_of_one_env_play_disjoint_seeds() -> None:
+    from srt_agent.model.demos import DemoSource, source_seeds
+
+    sources = [
+        DemoSource("srt/Calculator-v0", 5),
+        DemoSource("srt/GuessNumber-v0", 3),
+        DemoSource("srt/Calculator-v0", 4, "mental"),
+    ]
+    calc, guess, mental = source_seeds(sources, build_seed=2)
+    assert calc == demo_seeds(5, 2) and guess == demo_seeds(3, 2)
+    assert list(mental) == list(demo_seeds(9, 2))[5:]  # right after the oracle's block
+    labels = [s.label for s in sources]
+    assert labels == ["srt/Calculator-v0", "srt/GuessNumber-v0", "srt/Calculator-v0/mental"]
+
+
+def test_bad_demo_sources_are_named_in_the_error() -> None:
+    from srt_agent.model.demos import DemoSource, check_sources, collect_demos
+
+    with pytest.raises(ValueError, match=r"unknown demonstrator 'telepathy'.*oracle, mental"):
+        check_sources([DemoSource("srt/Calculator-v0", 1, "telepathy")])
+    with pytest.raises(ValueError, match="srt/Calculator-v0 is listed twice"):
+        check_sources([DemoSource("srt/Calculator-v0", 1), DemoSource("srt/Calculator-v0", 2)])
+    with pytest.raises(ValueError, match="more than the"):
+        half = SEEDS_PER_BUILD // 2 + 1
+        calc = "srt/Calculator-v0"
+        check_sources([DemoSource(calc, half), DemoSource(calc, half, "mental")])
+    with pytest.raises(ValueError, match="GuessNumberEnv has none"):
+        collect_demos("srt/GuessNumber-v0", 1, demonstrator="mental")

@@ -13,7 +13,7 @@ from model_fixtures import tokenizer
 from srt_agent.chat_format import ChatFormat
 from srt_agent.model import parallel
 from srt_agent.model.build import _weighted
-from srt_agent.model.demos import collect_demos, to_transcript
+from srt_agent.model.demos import DemoSource, collect_demos, demo_seeds, to_transcript
 from srt_agent.model.parallel import chunks, collect_all, make_pool, tokenize_all
 
 
@@ -38,8 +38,11 @@ def test_parallel_collection_and_tokenization_equal_serial(monkeypatch: pytest.M
     fmt = ChatFormat(tokenizer())
     weigh = partial(_weighted, env, frozenset({5, 7}), 4.0)
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
-        demos = collect_all([(env, 8)], 1, pool, 2)
+        sources = [DemoSource(env, 8), DemoSource("srt/Calculator-v0", 6, "mental")]
+        demos = collect_all(sources, 1, pool, 2)
         examples = tokenize_all(fmt, demos[env], pool, 2, weigh)
     assert demos[env] == serial
+    mental = collect_demos("srt/Calculator-v0", 6, seeds=demo_seeds(6, 1), demonstrator="mental")
+    assert demos["srt/Calculator-v0/mental"] == mental
     want = [weigh(tr.token_ids, tr.loss_mask) for tr in (to_transcript(fmt, d) for d in serial)]
     assert examples == want

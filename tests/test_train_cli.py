@@ -80,17 +80,29 @@ def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.Monk
     import srt_agent.model.build as build
 
     built: list[Path] = []
+    configs: list[object] = []
 
-    def fake_build(out_dir: Path, **_: object) -> Path:  # the real build takes minutes: tested elsewhere
+    def fake_build(out_dir: Path, **kwargs: object) -> Path:  # the real build takes minutes: tested elsewhere
         built.append(Path(out_dir))
+        configs.append(kwargs["config"])
         return save_tiny_policy(Path(out_dir))
 
     monkeypatch.setattr(build, "ensure_model", fake_build)
     model = tmp_path / "model"
     settings = tiny_settings(model, tmp_path / "run", trainer={"steps": 1})
-    settings["model"]["build_if_missing"] = True
+    settings["model"].update(build_if_missing=True, build_preset="tool-choice")
     config = write_config(tmp_path / "tiny.yaml", settings)
     result = runner.invoke(app, ["train", str(config), "--json", str(tmp_path / "s.json")], env=WIDE)
     assert result.exit_code == 0, result.output
-    assert built == [model] and "Building the embedded model" in result.output
+    assert built == [model] and "Building the tool-choice model" in result.output
+    assert configs == [build.preset_config("tool-choice")]
     assert json.loads((tmp_path / "s.json").read_text())["build_s"] > 0
+
+
+def test_a_missing_model_with_building_off_says_how_to_build_it(tmp_path: Path) -> None:
+    settings = tiny_settings(tmp_path / "nothing", tmp_path / "run", trainer={"steps": 1})
+    settings["model"]["build_preset"] = "tool-choice"
+    config = write_config(tmp_path / "tiny.yaml", settings)
+    result = runner.invoke(app, ["train", str(config)], env=WIDE)
+    assert result.exit_code == 2
+    assert "srt-agent build-model --out" in result.output and "--preset tool-choice" in result.output

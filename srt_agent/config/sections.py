@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,13 @@ class ModelSection(Section):
     )
     build_if_missing: bool = Field(
         default=True, description="Build the embedded model into `dir` first if it holds no model."
+    )
+    # The names of srt_agent.model.build.PRESETS (a test keeps them equal): importing that module
+    # here would pull torch into config parsing.
+    build_preset: Literal["embedded", "tool-choice"] = Field(
+        default="embedded",
+        description="What `build_if_missing` builds: the embedded model, or `tool-choice` (its Calculator "
+        "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's).",
     )
 
 

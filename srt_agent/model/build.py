@@ -34,7 +34,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import srt_agent
 from srt_agent.chat_format import ChatFormat
-from srt_agent.model.demos import demo_texts
+from srt_agent.model.demos import DemoSource, check_sources, demo_texts
 from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
 from srt_agent.model.sft import Example, SFTConfig, resolve_device, train
 from srt_agent.model.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
@@ -43,14 +43,23 @@ BUILD_FILE = "srt_build.json"
 """Metadata file written last: its presence marks a complete build."""
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", BUILD_FILE)
 
-DEFAULT_DEMOS: tuple[tuple[str, int], ...] = (
-    # The RL quickstart env: most of the data. 8k distinct problems (~2.1M tokens) make the 3,000
-    # steps (~5.5M tokens) about 2.5 passes: fewer repeats than more epochs over fewer problems.
-    ("srt/Calculator-v0", 8000),
-    ("srt/GuessNumber-v0", 400),
-    ("srt/Retail-v0", 40),  # long episodes (~1.3k tokens): kept as a taste; Retail stays near 0%
+DEFAULT_DEMOS: tuple[DemoSource, ...] = (
+    # The RL quickstart env: most of the data. 8k distinct problems (~2.1M tokens) make the 2,700
+    # steps (~5M tokens) about 2.5 passes: fewer repeats than more epochs over fewer problems.
+    DemoSource("srt/Calculator-v0", 8000),
+    DemoSource("srt/GuessNumber-v0", 400),
+    DemoSource("srt/Retail-v0", 40),  # long episodes (~1.3k tokens): kept as a taste; Retail stays near 0%
 )
 """Oracle episodes per env for the default build."""
+
+TOOL_CHOICE_DEMOS: tuple[DemoSource, ...] = (
+    DEFAULT_DEMOS[0],
+    # 6k more Calculator problems solved without the tool (one short turn each, ~140 tokens). The
+    # warm-started policy takes that path on about a third of its tasks and then nearly always fails.
+    DemoSource("srt/Calculator-v0", 6000, "mental"),
+    *DEFAULT_DEMOS[1:],
+)
+"""The ``tool-choice`` build's demonstrations: the default ones plus tool-free Calculator solutions."""
 
 
 class BuildDirError(FileExistsError):
@@ -62,7 +71,7 @@ class BuildConfig:
     """What to build. The defaults are the embedded model; tests shrink them.
 
     Attributes:
-        demos: ``(env_id, episodes)`` pairs of oracle demonstrations.
+        demos: Demonstration sources; plain ``(env_id, episodes)`` pairs mean the env's oracle.
         vocab_size: BPE vocabulary size (the four tag tokens come on top).
         hidden_size: Model width.
         num_layers: Transformer blocks.
@@ -78,7 +87,7 @@ class BuildConfig:
             given seed and thread count (a different count changes float summation order).
     """
 
-    demos: tuple[tuple[str, int], ...] = DEFAULT_DEMOS
+    demos: tuple[DemoSource, ...] = DEFAULT_DEMOS
     vocab_size: int = 2048
     hidden_size: int = 96
     num_layers: int = 3
@@ -92,6 +101,38 @@ class BuildConfig:
     )
     threads: int = 2
 
+    def __post_init__(self) -> None:
+        # Accept plain (env_id, episodes[, demonstrator]) tuples: they read better in configs and tests.
+        sources = tuple(DemoSource(*d) for d in self.demos)
+        check_sources(sources)
+        object.__setattr__(self, "demos", sources)
+
+
+PRESETS: dict[str, BuildConfig] = {
+    "embedded": BuildConfig(),
+    "tool-choice": BuildConfig(
+        demos=TOOL_CHOICE_DEMOS,
+        # ~40% more demonstration tokens than the default: steps grow to keep ~2 passes (~6 min).
+        sft=SFTConfig(steps=3500, batch_tokens=2100, lr=3e-3, warmup_steps=100),
+    ),
+}
+"""Named builds. ``embedded`` is the default model. ``tool-choice`` is warm-started by two
+demonstrators on Calculator, one that calls the calculator for every step and one that does the
+arithmetic in its text (:class:`~srt_agent.envs.calculator.MentalOracle`). The small model cannot
+imitate the second, so *when to use the tool* is a lesson with a clear reward signal, left for RL:
+the RL quickstart trains this one."""
+
+
+def preset_config(name: str) -> BuildConfig:
+    """The :data:`PRESETS` entry ``name``.
+
+    Raises:
+        ValueError: Unknown preset (the message lists the known ones).
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown build preset {name!r}; choose from {', '.join(PRESETS)}")
+    return PRESETS[name]
+
 
 @dataclass(frozen=True)
 class BuildReport:
@@ -103,8 +144,8 @@ class BuildReport:
         params: Parameter count (tied embeddings counted once).
         vocab_size: Tokenizer size, added tokens included.
         context: Maximum sequence length of the model.
-        demos: Demonstrations used per env.
-        seq_len: Per env, ``{"mean": .., "max": ..}`` tokens of its demo sequences.
+        demos: Demonstrations used per source (env id, ``/mental`` appended for tool-free ones).
+        seq_len: Per source, ``{"mean": .., "max": ..}`` tokens of its demo sequences.
         steps: Optimizer steps.
         tokens_trained: Real (non-padding) tokens processed by SFT.
         loss_tokens: Of those, tokens with loss (assistant tokens).
@@ -166,7 +207,7 @@ def _reproducible(seed: int, threads: int) -> Iterator[None]:
 @contextmanager
 def _pool(cfg: BuildConfig) -> Iterator[ProcessPoolExecutor | None]:
     """Worker processes for the preprocessing (one per build thread), shut down afterwards."""
-    pool = make_pool(cfg.threads, max((n for _, n in cfg.demos), default=0))
+    pool = make_pool(cfg.threads, max((s.episodes for s in cfg.demos), default=0))
     try:
         yield pool
     finally:
@@ -217,9 +258,9 @@ def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> Lla
 
 def _seq_stats(examples: dict[str, list[Example]]) -> dict[str, dict[str, float]]:
     out = {}
-    for env_id, exs in examples.items():
+    for label, exs in examples.items():
         lens = [len(e.token_ids) for e in exs]
-        out[env_id] = {"mean": round(statistics.mean(lens), 1), "max": float(max(lens))} if lens else {}
+        out[label] = {"mean": round(statistics.mean(lens), 1), "max": float(max(lens))} if lens else {}
     return out
 
 
@@ -258,7 +299,7 @@ def build_model(
         with _pool(cfg) as pool:
             with console.status("collecting oracle demonstrations"):
                 demos = collect_all(cfg.demos, seed, pool, cfg.threads)
-            console.print("demos: " + ", ".join(f"{e} {len(d)}" for e, d in demos.items()))
+            console.print("demos: " + ", ".join(f"{label} {len(d)}" for label, d in demos.items()))
             all_demos = [d for ds in demos.values() for d in ds]
             with console.status("training the tokenizer"):
                 texts = demo_texts(all_demos, read_system=cfg.read_system)
@@ -268,14 +309,14 @@ def build_model(
             numbers = number_token_ids(tok)
             with console.status("tokenizing demonstrations"):
                 examples = {
-                    env_id: tokenize_all(
+                    label: tokenize_all(
                         ChatFormat(tok),
                         ds,
                         pool,
                         cfg.threads,
-                        partial(_weighted, env_id, numbers, cfg.number_weight),
+                        partial(_weighted, label, numbers, cfg.number_weight),
                     )
-                    for env_id, ds in demos.items()
+                    for label, ds in demos.items()
                 }
         train_set = [e for exs in examples.values() for e in exs]
         longest = max(len(e.token_ids) for e in train_set)
@@ -353,13 +394,16 @@ def _read_report(out: Path) -> BuildReport:
     return BuildReport(**json.loads((out / BUILD_FILE).read_text()))
 
 
-def ensure_model(out_dir: str | Path, *, seed: int = 0, show_progress: bool = True) -> Path:
-    """Build the default model into ``out_dir`` unless a complete build is already there.
+def ensure_model(
+    out_dir: str | Path, *, seed: int = 0, show_progress: bool = True, config: BuildConfig | None = None
+) -> Path:
+    """Build a model into ``out_dir`` unless a complete build is already there.
 
     Args:
         out_dir: Model directory.
         seed: Build seed, used only when building.
         show_progress: Print progress while building.
+        config: What to build (default: the embedded model).
 
     Returns:
         ``out_dir`` as a path, holding a loadable model.
@@ -369,5 +413,5 @@ def ensure_model(out_dir: str | Path, *, seed: int = 0, show_progress: bool = Tr
     """
     out = Path(out_dir)
     if not is_model_dir(out):
-        build_model(out, seed=seed, show_progress=show_progress)
+        build_model(out, seed=seed, show_progress=show_progress, config=config)
     return out

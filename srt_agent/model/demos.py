@@ -8,21 +8,105 @@ every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+import gymnasium as gym
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
-from srt_agent.env import MultiTurnEnv, oracle_policy
+from srt_agent.env import MultiTurnEnv, Observation, oracle_policy
 from srt_agent.messages import Message
 from srt_agent.model.tokenizer import render_chat
-from srt_agent.policy import run_episode
+from srt_agent.policy import Policy, run_episode
 from srt_agent.registration import make
 
 DEMO_SEED_BASE = 10_000_000
 """Smallest env seed used for demonstrations; smaller seeds are reserved for evaluation."""
 SEEDS_PER_BUILD = 1_000_000
 """Demonstration seeds available to one build seed (``count`` must stay below this)."""
+
+
+def mental_policy(env: gym.Env[Observation, str]) -> Policy:
+    """The env's tool-free demonstrator (``mental_oracle()``, e.g. ``srt/Calculator-v0``'s).
+
+    Raises:
+        ValueError: The env has no ``mental_oracle``.
+    """
+    make_policy = getattr(env.unwrapped, "mental_oracle", None)
+    if make_policy is None:
+        raise ValueError(
+            f"demonstrator 'mental' needs an env with a mental_oracle() (srt/Calculator-v0 has one); "
+            f"{type(env.unwrapped).__name__} has none: use demonstrator 'oracle'"
+        )
+    policy: Policy = make_policy()
+    return policy
+
+
+DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
+    "oracle": oracle_policy,
+    "mental": mental_policy,
+}
+"""Who plays the demonstrations, by name: the env's oracle, or its tool-free demonstrator."""
+
+
+class DemoSource(NamedTuple):
+    """Demonstrations of one env by one demonstrator.
+
+    Attributes:
+        env_id: A registered env.
+        episodes: Episodes to play.
+        demonstrator: A key of :data:`DEMONSTRATORS`.
+    """
+
+    env_id: str
+    episodes: int
+    demonstrator: str = "oracle"
+
+    @property
+    def label(self) -> str:
+        """The env id, with ``/<demonstrator>`` appended for any but the oracle (report keys)."""
+        return self.env_id if self.demonstrator == "oracle" else f"{self.env_id}/{self.demonstrator}"
+
+
+def demonstrator_policy(name: str) -> Callable[[gym.Env[Observation, str]], Policy]:
+    """The policy factory of demonstrator ``name``.
+
+    Raises:
+        ValueError: ``name`` is not a key of :data:`DEMONSTRATORS`.
+    """
+    if name not in DEMONSTRATORS:
+        raise ValueError(f"unknown demonstrator {name!r}; choose from {', '.join(DEMONSTRATORS)}")
+    return DEMONSTRATORS[name]
+
+
+def check_sources(sources: Sequence[DemoSource]) -> None:
+    """Raise ``ValueError`` for an unknown demonstrator, a repeated source, or too many episodes."""
+    labels = [s.label for s in sources]
+    for s in sources:
+        demonstrator_policy(s.demonstrator)
+        if labels.count(s.label) > 1:
+            raise ValueError(f"demos: {s.label} is listed twice; give it once with the total episodes")
+    for env_id in {s.env_id for s in sources}:
+        total = sum(s.episodes for s in sources if s.env_id == env_id)
+        if total > SEEDS_PER_BUILD:
+            raise ValueError(
+                f"demos: {total} episodes of {env_id}, more than the {SEEDS_PER_BUILD} seeds of one build"
+            )
+
+
+def source_seeds(sources: Sequence[DemoSource], build_seed: int) -> list[range]:
+    """Each source's env seeds: one env's sources take consecutive slices of its build block.
+
+    So two demonstrators of one env never play the same task.
+    """
+    used: dict[str, int] = {}
+    out = []
+    for s in sources:
+        start = used.get(s.env_id, 0)
+        used[s.env_id] = start + s.episodes
+        out.append(demo_seeds(start + s.episodes, build_seed)[start:])
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,7 +167,14 @@ def demo_seeds(count: int, build_seed: int) -> range:
     return range(start, start + count)
 
 
-def collect_demos(env_id: str, count: int, *, build_seed: int = 0, seeds: range | None = None) -> list[Demo]:
+def collect_demos(
+    env_id: str,
+    count: int,
+    *,
+    build_seed: int = 0,
+    seeds: range | None = None,
+    demonstrator: str = "oracle",
+) -> list[Demo]:
     """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
 
     Args:
@@ -92,6 +183,7 @@ def collect_demos(env_id: str, count: int, *, build_seed: int = 0, seeds: range 
         build_seed: Picks the block of seeds, so different builds see different tasks.
         seeds: Play exactly these env seeds instead (``count`` and ``build_seed`` are then
             ignored): a slice of a build's block, for collecting in parallel.
+        demonstrator: Who plays: a key of :data:`DEMONSTRATORS`.
 
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task).
@@ -99,7 +191,9 @@ def collect_demos(env_id: str, count: int, *, build_seed: int = 0, seeds: range 
     Raises:
         NotImplementedError: The env has no oracle.
         TypeError: The env is not a :class:`~srt_agent.env.MultiTurnEnv`.
+        ValueError: Unknown demonstrator, or the env has no such demonstrator.
     """
+    policy = demonstrator_policy(demonstrator)
     env = make(env_id)
     inner = env.unwrapped
     if not isinstance(inner, MultiTurnEnv):
@@ -108,7 +202,7 @@ def collect_demos(env_id: str, count: int, *, build_seed: int = 0, seeds: range 
     demos = []
     try:
         for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
-            result = run_episode(env, oracle_policy, seed=seed)
+            result = run_episode(env, policy, seed=seed)
             if not inner.is_success(result.total_reward, result.final_info):
                 continue
             demos.append(_to_demo(env_id, seed, result.transcript, tools, result.total_reward))

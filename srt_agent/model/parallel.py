@@ -19,7 +19,7 @@ from itertools import pairwise
 from typing import TypeVar
 
 from srt_agent.chat_format import ChatFormat
-from srt_agent.model.demos import Demo, collect_demos, demo_seeds, to_transcript
+from srt_agent.model.demos import Demo, DemoSource, collect_demos, source_seeds, to_transcript
 from srt_agent.model.sft import Example
 
 T = TypeVar("T")
@@ -51,24 +51,24 @@ def make_pool(workers: int, items: int) -> ProcessPoolExecutor | None:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
 
 
-def collect_job(job: tuple[str, range]) -> list[Demo]:
-    """Worker: the solved oracle episodes of one env over a slice of seeds."""
-    env_id, seeds = job
-    return collect_demos(env_id, len(seeds), seeds=seeds)
+def collect_job(job: tuple[DemoSource, range]) -> list[Demo]:
+    """Worker: the solved episodes of one source (env and demonstrator) over a slice of seeds."""
+    source, seeds = job
+    return collect_demos(source.env_id, len(seeds), seeds=seeds, demonstrator=source.demonstrator)
 
 
 def collect_all(
-    demos: Sequence[tuple[str, int]], build_seed: int, pool: Executor | None, parts: int
+    demos: Sequence[DemoSource], build_seed: int, pool: Executor | None, parts: int
 ) -> dict[str, list[Demo]]:
-    """Per env, its solved oracle episodes over the build's seed block, in seed order."""
-    jobs: list[tuple[str, range]] = []
-    for env_id, count in demos:
-        seeds = demo_seeds(count, build_seed)
+    """Per source (keyed by :attr:`DemoSource.label`), its solved episodes, in seed order."""
+    jobs: list[tuple[DemoSource, range]] = []
+    for source, seeds in zip(demos, source_seeds(demos, build_seed), strict=True):
+        count = len(seeds)
         pieces = chunks(count, parts) if count >= 2 * MIN_CHUNK else [range(count)]
-        jobs.extend((env_id, seeds[r.start : r.stop]) for r in pieces)
-    out: dict[str, list[Demo]] = {env_id: [] for env_id, _ in demos}
-    for (env_id, _), got in zip(jobs, ordered_map(collect_job, jobs, pool), strict=True):
-        out[env_id].extend(got)
+        jobs.extend((source, seeds[r.start : r.stop]) for r in pieces)
+    out: dict[str, list[Demo]] = {source.label: [] for source in demos}
+    for (source, _), got in zip(jobs, ordered_map(collect_job, jobs, pool), strict=True):
+        out[source.label].extend(got)
     return out
 
 

@@ -29,7 +29,7 @@ def _error(console: Console, message: str) -> int:
 
 
 def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
-    """Build the embedded model into ``model.dir`` if it holds no model; returns the seconds spent.
+    """Build ``model.build_preset`` into ``model.dir`` if it holds no model; returns the seconds spent.
 
     Any HF checkpoint directory (a ``config.json``) counts as a model; an empty or missing one is
     built with :func:`srt_agent.model.build.ensure_model` when ``model.build_if_missing`` is on.
@@ -40,17 +40,18 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
     model_dir = Path(cfg.model.dir)
     if (model_dir / "config.json").is_file():
         return 0.0
+    preset = cfg.model.build_preset
     if not cfg.model.build_if_missing:
         raise TrainError(
             f"model.dir = {str(model_dir)!r} holds no model; build one with `srt-agent build-model --out "
-            f"{model_dir}` or set model.build_if_missing=true"
+            f"{model_dir} --preset {preset}` or set model.build_if_missing=true"
         )
-    from srt_agent.model.build import BuildDirError, ensure_model
+    from srt_agent.model.build import BuildDirError, ensure_model, preset_config
 
-    console.print(f"[bold]Building the embedded model into {model_dir}[/bold] (model.dir holds none yet)")
+    console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
     t0 = time.perf_counter()
     try:
-        ensure_model(model_dir)
+        ensure_model(model_dir, config=preset_config(preset))
     except BuildDirError as exc:
         raise TrainError(f"model.dir: {exc}") from None
     return time.perf_counter() - t0
