@@ -205,7 +205,7 @@ def build_model_cmd(
         ),
     ] = "embedded",
 ) -> None:
-    """Build the embedded model on CPU: tokenizer, small Llama, SFT on oracle demonstrations."""
+    """Build a model on CPU (the embedded one, or a preset): tokenizer, small Llama, SFT on demonstrations."""
     from dataclasses import replace
 
     from srt_agent.model.build import BuildDirError, build_model, preset_config
