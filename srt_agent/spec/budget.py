@@ -450,19 +450,18 @@ class CostModel:
             groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
         """
         observations: list[tuple[str, int, float, bool]] = []
-        rows = groups or [""] * len(drafts)
-        for draft, path, group in zip(drafts, accepted, rows, strict=True):
+        hits: dict[str, bool] = {}  # per group that verified a draft: whether any node was accepted
+        for draft, path, group in zip(drafts, accepted, groups or [""] * len(drafts), strict=True):
+            if not draft:
+                continue
             taken = set(path)
             q, depth = _node_stats(draft)
             key = _calibration_key(draft, group)
             observations += [(key, depth[j], q[j], j in taken) for j in range(len(draft))]
+            hits[group] = hits.get(group, False) or bool(path)
         self.acceptance.observe(observations)
         self._widths.clear()
         base = self.config.probe_interval
-        hits: dict[str, bool] = {}
-        for draft, path, group in zip(drafts, accepted, rows, strict=True):
-            if draft:
-                hits[group] = hits.get(group, False) or bool(path)
         for group, hit in hits.items():
             if hit:
                 self._intervals[group] = base
