@@ -56,6 +56,26 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     loaded.check_integrity()
 
 
+def test_arrays_are_stored_narrow_when_they_fit_and_older_deflated_files_load(tmp_path: Path) -> None:
+    cache = filled()
+    cache._tick = 2**40  # creation ticks past int32 (a long run): that array stays int64
+    cache.insert("s3", "B", [5, 6])
+    cache.save(tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    assert arrays["tokens"].dtype == np.int32 and arrays["counts"].dtype == np.int32
+    assert arrays["ticks"].dtype == np.int64 and arrays["ticks"].max() >= 2**40
+    loaded = TreeCache.load(tmp_path / "c.npz")
+    loaded.check_integrity()
+    assert loaded.draft("s3", "B", [0], [5], 4) == cache.draft("s3", "B", [0], [5], 4)
+    # Files written before (deflated, int64 arrays) still load, to the same cache.
+    wide = {k: (v.astype(np.int64) if k not in ("meta", "parents") else v) for k, v in arrays.items()}
+    with (tmp_path / "old.npz").open("wb") as f:
+        np.savez_compressed(f, **wide)
+    old = TreeCache.load(tmp_path / "old.npz")
+    assert old.state_keys() == loaded.state_keys() and old.stats().nodes == loaded.stats().nodes
+
+
 def test_load_with_a_smaller_budget_evicts_least_recent(tmp_path: Path) -> None:
     cache = filled()
     cache.save(tmp_path / "c.npz")
