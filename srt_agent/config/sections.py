@@ -28,7 +28,7 @@ class ModelSection(Section):
         description="HF-format model directory (default $SRT_AGENT_MODEL or runs/embedded-model).",
     )
     build_if_missing: bool = Field(
-        default=True, description="Build the embedded model into `dir` first if it holds no model."
+        default=True, description="Build `build_preset` into `dir` first if it holds no model."
     )
     # The names of srt_agent.model.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
