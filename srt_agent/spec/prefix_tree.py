@@ -144,30 +144,40 @@ def check_tree(root: Node, name: str) -> list[str]:
         problems.append(f"{name}: the root has token {root.token} and a parent (expected {SENTINEL}, none)")
     for node in iter_nodes(root):
         kids = children(node)
-        where = f"{name}: node {_path(node)}"
         if isinstance(node.kids, dict) and len(node.kids) < 2:
-            problems.append(f"{where} stores {len(node.kids)} child(ren) in a dict (expected inline)")
+            problems.append(
+                f"{_where(name, node)} stores {len(node.kids)} child(ren) in a dict (expected inline)"
+            )
         if isinstance(node.kids, dict) and any(t != c.token for t, c in node.kids.items()):
-            problems.append(f"{where} has a child filed under the wrong token")
+            problems.append(f"{_where(name, node)} has a child filed under the wrong token")
         below = sum(c.count for c in kids)
         if node.count != below + node.ends or node.ends < 0:
-            problems.append(f"{where}: count {node.count} != children's {below} + ends {node.ends}")
+            problems.append(
+                f"{_where(name, node)}: count {node.count} != children's {below} + ends {node.ends}"
+            )
         if node is not root and node.count < 1:
-            problems.append(f"{where}: count {node.count} < 1")
+            problems.append(f"{_where(name, node)}: count {node.count} < 1")
         live_below = sum(c.live for c in kids)
         if not live_below <= node.live <= node.count or node.live - live_below > node.ends:
             problems.append(
-                f"{where}: live {node.live} outside [children's {live_below}, count {node.count}] "
-                f"or more live ends than ends {node.ends}"
+                f"{_where(name, node)}: live {node.live} outside [children's {live_below}, "
+                f"count {node.count}] or more live ends than ends {node.ends}"
             )
         for c in kids:
             if c.parent is not node:
-                problems.append(f"{where}: child {c.token} does not point back to it")
+                problems.append(f"{_where(name, node)}: child {c.token} does not point back to it")
             if c.tick <= node.tick:
-                problems.append(f"{where}: child {c.token} has tick {c.tick} <= the parent's {node.tick}")
+                problems.append(
+                    f"{_where(name, node)}: child {c.token} has tick {c.tick} <= the parent's {node.tick}"
+                )
         if len(problems) > 20:
             break
     return problems
+
+
+def _where(name: str, node: Node) -> str:
+    # Built only for a problem: the path walk costs as much as the checks of a node.
+    return f"{name}: node {_path(node)}"
 
 
 def _path(node: Node) -> list[int]:
