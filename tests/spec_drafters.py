@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftSource, DraftTree, StreamKind
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftSource, DraftSourceBase, DraftTree, StreamKind
 
 
 def chain(tokens: Sequence[int], prob: float = 1.0, source: DraftSource = "exact") -> DraftTree:
     return DraftTree(tuple(tokens), tuple(range(-1, len(tokens) - 1)), (prob,) * len(tokens), source)
 
 
-class Recorder:
+class Recorder(DraftSourceBase):
     """Records what the engine reports; drafts nothing unless subclassed."""
 
     def __init__(self) -> None:

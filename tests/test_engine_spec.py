@@ -348,8 +348,9 @@ def test_cost_model_stops_verifying_useless_drafts_and_keeps_good_ones(
         outs = eng.generate(reqs)
         useless = eng.spec_stats()
     assert [o.token_ids for o in outs] == [o.token_ids for o in ref]
-    # A few steps to learn, then only probes (one in 16 idle steps): most steps decode plainly.
-    assert useless.verify_forwards < useless.target_forwards / 4 and useless.probes >= 2
+    # A few steps to learn, then only probes (spaced so that a verify step's fixed extra costs at
+    # most 2% of decode time): most steps decode plainly.
+    assert useless.verify_forwards < useless.target_forwards / 4 and useless.probes >= 1
     with _spec_engine(model_dir, Replay(_book(ref)), spec=SpecConfig()) as eng:
         outs = eng.generate(reqs)
         good = eng.spec_stats()

@@ -90,7 +90,7 @@ def test_acceptance_is_calibrated_per_request_group() -> None:
 
 
 def test_probe_back_off_is_per_request_group() -> None:
-    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4)
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4, probe_overhead=0.1)
     retail = ["srt/Retail-v0"]
     for _ in range(3):
         model.observe_verify([_chain(8)], [()], retail)
@@ -153,7 +153,10 @@ def test_a_probe_with_whole_drafts_resumes_drafting_where_only_wide_drafts_pay()
         model.observe_step(16, 9, 0.0201)
     for _ in range(30):  # only narrow, unsure drafts came back: nothing paid, lookups stopped
         assert not any(model.choose([_chain(1, prob=0.5)] * 16))
-    budgets = model.ask([20] * 16)  # idle long enough: a probe
+    for _ in range(64):  # idle long enough (the fixed extra spaces probes out): a probe
+        budgets = model.ask([20] * 16)
+        if model.probing:
+            break
     assert model.probing and budgets == [8] * 16  # it looks up whole drafts
     chosen = model.choose([_chain(8)] * 16)  # the cache now knows the states: 8 sure nodes per row
     assert [len(d) for d in chosen] == [8] * 16  # verified whole, not just the probe's few nodes
@@ -162,7 +165,7 @@ def test_a_probe_with_whole_drafts_resumes_drafting_where_only_wide_drafts_pay()
 
 
 def test_probes_that_find_nothing_back_off() -> None:
-    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4)
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4, probe_overhead=0.1)
     for _ in range(3):
         model.observe_verify([_chain(8)], [()])
     gaps, idle = [], 0
@@ -200,3 +203,46 @@ def test_subtree_reindexes_and_requires_ancestors() -> None:
     assert sub == DraftTree((1, 2, 4), (-1, 0, 1), (0.5, 0.4, 0.2), "task", (True, False, False))
     with pytest.raises(ValueError, match="parent"):
         subtree(tree, [0, 3])
+
+
+def test_probes_are_spaced_so_a_verify_steps_fixed_extra_stays_within_the_overhead() -> None:
+    """On a CPU a verify step of one node costs ~2x a plain one: probing every 16 steps would cost
+    ~6% of decode time however small the probe; the interval grows to keep it at probe_overhead."""
+    model = _model(per_forward=0.001, per_token=0.0001)
+    for _ in range(50):
+        model.observe_step(16, 1, 0.004)
+        model.observe_step(16, 2, 0.008)  # the fixed extra of a verify step: one plain step
+        model.observe_step(16, 9, 0.0085)
+    for _ in range(3):
+        model.observe_verify([_chain(8)] * 16, [()] * 16)
+    gaps, idle = [], 0
+    for _ in range(400):
+        if model.ask([20] * 16)[0] and model.probing:
+            gaps.append(idle)
+            idle = 0
+            model.observe_verify(model.choose([_chain(8)] * 16), [()] * 16)
+        else:
+            idle += 1
+    # 0.004 s extra over 2% of 0.004 s per plain step: 50 steps, then doubling (up to 16x).
+    assert gaps[:3] == [50, 100, 200]
+
+
+def test_a_probe_that_accepts_too_little_to_pay_still_backs_off() -> None:
+    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4, probe_overhead=0.1)
+    for _ in range(50):
+        model.observe_step(16, 1, 0.004)
+        model.observe_step(16, 2, 0.008)  # a verify step costs a plain step more
+        model.observe_step(16, 9, 0.0085)
+    for _ in range(3):
+        model.observe_verify([_chain(8)] * 16, [()] * 16)
+    gaps, idle = [], 0
+    for _ in range(400):
+        if model.ask([20] * 16)[0] and model.probing:
+            gaps.append(idle)
+            idle = 0
+            chosen = model.choose([_chain(8)] * 16)
+            # One row in 16 accepts a token: 1/16 of a plain step saved for a plain step spent.
+            model.observe_verify(chosen, [(0,)] + [()] * 15)
+        else:
+            idle += 1
+    assert len(gaps) >= 3 and gaps[2] > gaps[1] > gaps[0]

@@ -303,6 +303,7 @@ class Scheduler:
         """Commit each row's tokens (up to a stop), free finished rows, then deliver them."""
         done: list[int] = []
         results: list[_Result] = []
+        reports: list[tuple[SequenceState, list[int]]] = []
         committed = runahead = 0
         for i, em in enumerate(emitted):
             row = row_start + i
@@ -313,8 +314,7 @@ class Scheduler:
             committed += len(new)
             if seq.request.priority == "runahead":
                 runahead += len(new)
-            if self.speculator is not None:
-                self.speculator.report(seq, new)
+            reports.append((seq, new))
             if finished:
                 done.append(row)
                 # Park what the row holds for a later prompt that shares the prefix (the episode's
@@ -325,6 +325,8 @@ class Scheduler:
                 # The row goes on: keep the root and the accepted nodes, contiguous (the last
                 # emitted token is not in the cache yet, as after a plain decode step).
                 self.cache.keep(row, prefix, em.kept)
+        if self.speculator is not None:
+            self.speculator.report_many(reports)
         self.counters.add(tokens=committed, runahead_tokens=runahead, row_steps=len(emitted))
         # Free rows first, so a caller woken by its output already sees the row released.
         self._remove_rows(done)

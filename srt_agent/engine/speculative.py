@@ -29,7 +29,7 @@ from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import SequenceState
 from srt_agent.spec.budget import CostModel
 from srt_agent.spec.config import SpecConfig
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftSourceProtocol, DraftTree
+from srt_agent.spec.draft import EMPTY_DRAFT, DraftQuery, DraftSourceProtocol, DraftTree, StreamUpdate
 from srt_agent.spec.stats import SpecCounters
 from srt_agent.spec.verify import TreeWalk
 
@@ -132,15 +132,20 @@ class Speculator:
 
     def report(self, seq: SequenceState, tokens: Sequence[int]) -> None:
         """Tell the draft source about tokens ``seq`` committed."""
-        request = seq.request
+        self.report_many([(seq, tokens)])
+
+    def report_many(self, committed: Sequence[tuple[SequenceState, Sequence[int]]]) -> None:
+        """Tell the draft source about every row's committed tokens of a step, in one call."""
+        updates = []
+        for seq, tokens in committed:
+            r = seq.request
+            updates.append(StreamUpdate(r.request_id, r.state_key, r.task_id, tokens, r.priority))
+            seq.reported = True
         try:
-            self.source.extend(
-                request.request_id, request.state_key, request.task_id, tokens, request.priority
-            )
+            self.source.extend_many(updates)
         except Exception:
-            log.exception("draft source extend() failed for request %r", request.request_id)
+            log.exception("draft source extend_many() failed for %d rows", len(updates))
             self.counters.add(draft_errors=1)
-        seq.reported = True
 
     def finish(self, seq: SequenceState) -> None:
         """Tell the draft source that ``seq`` ended (if it ever reported tokens)."""
@@ -172,7 +177,7 @@ class Speculator:
         if not any(budgets):
             return None
         start = time.perf_counter()
-        drafts = [self._draft(s, k) if k > 0 else EMPTY_DRAFT for s, k in zip(rows, budgets, strict=True)]
+        drafts = self._draft_rows(rows, budgets)
         elapsed = time.perf_counter() - start
         self.cost.observe_lookup(elapsed / sum(1 for k in budgets if k > 0))
         chosen = self.cost.choose(drafts, groups)
@@ -184,19 +189,48 @@ class Speculator:
             self.counters.add(probes=1)
         return chosen
 
-    def _draft(self, seq: SequenceState, budget: int) -> DraftTree:
-        request = seq.request
+    def _draft_rows(self, rows: Sequence[SequenceState], budgets: Sequence[int]) -> list[DraftTree]:
+        """Every asked row's draft in one call to the source (rows asked for 0 get none).
+
+        If the batched call fails, the rows are asked one by one, so a source that fails on one
+        row costs only that row's draft.
+        """
+        asked = [i for i, k in enumerate(budgets) if k > 0]
+        queries = [
+            DraftQuery(r.request_id, r.state_key, r.task_id, r.prompt_ids, s.tokens, budgets[i])
+            for i in asked
+            for s in (rows[i],)
+            for r in (s.request,)
+        ]
         try:
-            draft = self.source.draft(
-                request.state_key, request.task_id, request.prompt_ids, seq.tokens, budget
-            )
+            found = self.source.draft_many(queries)
+            if len(found) != len(queries):
+                raise ValueError(f"draft_many returned {len(found)} drafts for {len(queries)} queries")
         except Exception:
-            log.exception("draft source draft() failed for request %r", request.request_id)
+            log.exception("draft source draft_many() failed; asking row by row")
+            self.counters.add(draft_errors=1)
+            found = [self._draft_one(q) for q in queries]
+        drafts = [EMPTY_DRAFT] * len(rows)
+        for i, q, draft in zip(asked, queries, found, strict=True):
+            drafts[i] = self._checked(draft, q)
+        return drafts
+
+    def _draft_one(self, q: DraftQuery) -> DraftTree:
+        try:
+            return self.source.draft(q.state_key, q.task_id, q.prompt_ids, q.generated, q.budget)
+        except Exception:
+            log.exception("draft source draft() failed for request %r", q.stream_id)
             self.counters.add(draft_errors=1)
             return EMPTY_DRAFT
+
+    def _checked(self, draft: DraftTree, q: DraftQuery) -> DraftTree:
+        """The draft, or a safe replacement if it breaks the engine's limits (logged and counted)."""
+        if not draft:
+            return draft
+        budget = q.budget
         vocab = self.model.config.vocab_size
-        if any(not 0 <= t < vocab for t in draft.token_ids):  # would fail the whole batch's forward
-            log.error("draft source returned token ids outside [0, %d) for %r", vocab, request.request_id)
+        if min(draft.token_ids) < 0 or max(draft.token_ids) >= vocab:  # would fail the whole batch's forward
+            log.error("draft source returned token ids outside [0, %d) for %r", vocab, q.stream_id)
             self.counters.add(draft_errors=1)
             return EMPTY_DRAFT
         if len(draft) > budget:  # a prefix of a topological order is a valid subtree

@@ -28,12 +28,13 @@ Each step the model maximises expected emitted tokens per second over the verify
   uncertain to verify, and looking them up still costs time per row. So the draft source is asked
   only while the tokens recent lookups led to verify (expected accepted per row) are worth more
   decode time than the lookups cost; probes keep re-measuring it.
-* **Probes**: after ``probe_interval`` steps without drafts, one step looks up whole drafts and
-  verifies at least a small part of them anyway, sized so probes cost at most ``probe_overhead`` of
-  decode time; otherwise a draft source that starts to pay (the cache fills up) would never be
-  noticed. Each probe that finds nothing doubles the interval of the request groups it probed (up
-  to 16x); an accepted node resets it; a step probes when the interval of any group among its rows
-  is due.
+* **Probes**: after an interval of steps without drafts, one step looks up whole drafts and
+  verifies at least a small part of them anyway; otherwise a draft source that starts to pay (the
+  cache fills up) would never be noticed. The interval is at least ``probe_interval`` and long
+  enough that the fixed extra of a verify step stays within ``probe_overhead`` of decode time.
+  Each probe that does not pay for itself doubles the interval of the request groups it probed (up
+  to 16x); a group whose rows accepted enough to pay their share of the step resets it; a step
+  probes when the interval of any group among its rows is due.
 
 Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
 bookkeeping per step; this keeps speculation within a few percent of plain decoding. What the
@@ -253,7 +254,8 @@ class CostModel:
         self.probing = False  # the current step is a probe
         self._probe = 0  # draft tokens the current probe verifies
         self._idle_steps = 0  # decode steps since the last verified draft
-        # Per request group, steps between probes: doubles while a group's probes find nothing.
+        # Per request group, steps between probes as a multiple of the base interval (1 .. 16):
+        # doubles while a group's probes do not pay.
         # Per group, so that a stretch of one env's useless drafts does not delay the probes
         # that would find another env's drafts paying (measured: Retail batches backed the
         # interval off to 256 steps, most of the next Calculator batch).
@@ -316,8 +318,8 @@ class CostModel:
         budget = self._optimistic_width(batch, width) - 1
         if budget and not self._lookups_pay(batch):
             budget = 0
-        base = self.config.probe_interval
-        if self._idle_steps >= min(self._intervals.get(g, base) for g in set(groups or [""])):
+        base = self._probe_interval(batch, width)
+        if self._idle_steps >= base * min(self._intervals.get(g, 1) for g in set(groups or [""])):
             self.probing = True
             self._probe = self._probe_size(batch, width)
             # Look up whole drafts (a lookup costs little next to a verify step); choose() verifies
@@ -369,10 +371,30 @@ class CostModel:
         self._widths[batch] = best_width
         return best_width
 
+    def _probe_interval(self, batch: int, width: int) -> int:
+        """Steps between probes of a group whose probes pay (the base interval).
+
+        At least ``probe_interval``, and enough that the fixed extra of the smallest probe stays
+        within ``probe_overhead`` of decode time. On a CPU a verify step of one draft node costs
+        ~2x a plain one: a probe every 16 steps would then cost ~6% of decode time however small it
+        is (measured on Retail, whose drafts rarely pay there); the overhead budget spaces them out.
+        """
+        base = self.config.probe_interval
+        if width < 2:
+            return base
+        plain = self.step_seconds(batch, 1)
+        extra = max(0.0, self.step_seconds(batch, 2) - plain)
+        if extra <= 0.0:
+            return base
+        room = self.config.probe_overhead * plain
+        if room <= 0.0:
+            return 16 * base
+        return max(base, min(16 * base, math.ceil(extra / room)))
+
     def _probe_size(self, batch: int, width: int) -> int:
         """Largest probe whose extra forward time stays within the probe overhead budget (>= 1)."""
         plain = self.step_seconds(batch, 1)
-        allowed = self.config.probe_overhead * self.config.probe_interval * plain
+        allowed = self.config.probe_overhead * self._probe_interval(batch, width) * plain
         allowed -= max(0.0, self.step_seconds(batch, 1 + 1) - plain)  # the first node, fixed extra included
         per_token = max(0.0, self.step_seconds(batch, 3) - self.step_seconds(batch, 2)) / batch
         return max(1, min(width - 1, 1 + math.floor(allowed / (per_token * batch + 1e-12))))
@@ -441,8 +463,12 @@ class CostModel:
     ) -> None:
         """Update the acceptance calibration with one verify step.
 
-        A probe that found nothing doubles the interval to the next one (up to 16 times the
-        configured one), so drafts that never pay cost less and less; any accepted node resets it.
+        A probe that did not pay for itself doubles its groups' interval to the next one (up to 16
+        times the base one, :meth:`_probe_interval`), so drafts that never pay cost less and less. A
+        group's share of a verify step paid when its rows accepted, per row, at least the step's
+        predicted extra time in plain steps (each accepted token saves ``1 / batch`` of a plain
+        step); then its interval goes back to the base. An occasional accepted token no longer keeps
+        probes frequent where verifying costs more than it saves (measured: Retail on 2 CPU cores).
 
         Args:
             drafts: The verified drafts (as returned by :meth:`choose`).
@@ -450,23 +476,28 @@ class CostModel:
             groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
         """
         observations: list[tuple[str, int, float, bool]] = []
-        hits: dict[str, bool] = {}  # per group that verified a draft: whether any node was accepted
+        rows: dict[str, int] = {}  # per group: rows in the step
+        taken_by: dict[str, int] = {}  # per group that verified a draft: accepted nodes
         for draft, path, group in zip(drafts, accepted, groups or [""] * len(drafts), strict=True):
+            rows[group] = rows.get(group, 0) + 1
             if not draft:
                 continue
             taken = set(path)
             q, depth = _node_stats(draft)
             key = _calibration_key(draft, group)
             observations += [(key, depth[j], q[j], j in taken) for j in range(len(draft))]
-            hits[group] = hits.get(group, False) or bool(path)
+            taken_by[group] = taken_by.get(group, 0) + len(path)
         self.acceptance.observe(observations)
         self._widths.clear()
-        base = self.config.probe_interval
-        for group, hit in hits.items():
-            if hit:
-                self._intervals[group] = base
+        batch = len(drafts)
+        width = 1 + max((len(d) for d in drafts), default=0)
+        plain = self.step_seconds(batch, 1)
+        extra = max(0.0, self.step_seconds(batch, width) - plain)
+        for group, taken_nodes in taken_by.items():
+            if taken_nodes and taken_nodes * plain >= extra * rows[group]:
+                self._intervals[group] = 1
             elif self.probing:
-                self._intervals[group] = min(2 * self._intervals.get(group, base), 16 * base)
+                self._intervals[group] = min(2 * self._intervals.get(group, 1), 16)
 
 
 def _calibration_key(draft: DraftTree, group: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 DraftSource = Literal["exact", "task", "global", "none"]
 """Where a draft came from: the exact conversation state's tree, the same task's trees matched on the
@@ -79,6 +79,33 @@ class DraftTree:
             d += 1
         return d
 
+    @classmethod
+    def trusted(
+        cls,
+        token_ids: tuple[int, ...],
+        parents: tuple[int, ...],
+        probs: tuple[float, ...],
+        source: DraftSource,
+        runahead: tuple[bool, ...] = (),
+        backoff: bool = False,
+    ) -> DraftTree:
+        """A draft built without the structural checks (for sources valid by construction).
+
+        The tree cache's best-first selection always yields a valid tree; checking it again would
+        cost as much as building it.
+        """
+        tree = object.__new__(cls)
+        for name, value in (
+            ("token_ids", token_ids),
+            ("parents", parents),
+            ("probs", probs),
+            ("source", source),
+            ("runahead", runahead),
+            ("backoff", backoff),
+        ):
+            object.__setattr__(tree, name, value)
+        return tree
+
     def path(self, node: int) -> list[int]:
         """Node indices from the root's child down to ``node``."""
         out: list[int] = []
@@ -89,6 +116,37 @@ class DraftTree:
 
 
 EMPTY_DRAFT = DraftTree()
+
+
+class DraftQuery(NamedTuple):
+    """One row's draft request in a decode step (see :meth:`DraftSourceProtocol.draft_many`).
+
+    Attributes:
+        stream_id: The generation's stream (its request id): the one its tokens are reported on,
+            so a source can draft from where the stream already stands instead of searching.
+        state_key: Hash of ``prompt_ids``.
+        task_id: The env task (``""``: none).
+        prompt_ids: The prompt.
+        generated: Tokens committed since the prompt.
+        budget: Most draft nodes (``> 0``).
+    """
+
+    stream_id: str
+    state_key: str
+    task_id: str
+    prompt_ids: Sequence[int]
+    generated: Sequence[int]
+    budget: int
+
+
+class StreamUpdate(NamedTuple):
+    """Tokens one row committed in a step (see :meth:`DraftSourceProtocol.extend_many`)."""
+
+    stream_id: str
+    state_key: str
+    task_id: str
+    new_tokens: Sequence[int]
+    kind: StreamKind = "live"
 
 
 @runtime_checkable
@@ -125,11 +183,24 @@ class DraftSourceProtocol(Protocol):
         """The stream ended; forget its cursor (its tokens stay in the cache)."""
         ...
 
+    def draft_many(self, queries: Sequence[DraftQuery]) -> list[DraftTree]:
+        """Every row's draft for one decode step, in one call (one draft per query, in order)."""
+        ...
 
-class StaticDraftSource:
-    """Base of draft sources that learn nothing from generation (benchmark stand-ins, disabled caches).
+    def extend_many(self, updates: Sequence[StreamUpdate]) -> None:
+        """Every row's committed tokens of one step, in one call.
 
-    Subclasses implement :meth:`draft`; committed tokens and ended streams are ignored.
+        Each update is applied even if another one is invalid; invalid ones raise afterwards.
+        """
+        ...
+
+
+class DraftSourceBase:
+    """Batched calls of :class:`DraftSourceProtocol` made of its per-row ones.
+
+    Subclasses implement ``draft``, ``extend`` and ``finish``; a source with a cheaper batched path
+    (the tree cache: one lock and per-stream cursors) overrides :meth:`draft_many` and
+    :meth:`extend_many` as well.
     """
 
     def draft(
@@ -146,7 +217,43 @@ class StaticDraftSource:
         new_tokens: Sequence[int],
         kind: StreamKind = "live",
     ) -> None:
+        """Append committed tokens to a stream (see :class:`DraftSourceProtocol`)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement extend()")
+
+    def draft_many(self, queries: Sequence[DraftQuery]) -> list[DraftTree]:
+        """One :meth:`draft` per query."""
+        return [self.draft(q.state_key, q.task_id, q.prompt_ids, q.generated, q.budget) for q in queries]
+
+    def extend_many(self, updates: Sequence[StreamUpdate]) -> None:
+        """One :meth:`extend` per update; the first error is raised after all were tried."""
+        error: Exception | None = None
+        for u in updates:
+            try:
+                self.extend(u.stream_id, u.state_key, u.task_id, u.new_tokens, u.kind)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the other updates
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+class StaticDraftSource(DraftSourceBase):
+    """Base of draft sources that learn nothing from generation (benchmark stand-ins, disabled caches).
+
+    Subclasses implement :meth:`draft`; committed tokens and ended streams are ignored.
+    """
+
+    def extend(
+        self,
+        stream_id: str,
+        state_key: str,
+        task_id: str,
+        new_tokens: Sequence[int],
+        kind: StreamKind = "live",
+    ) -> None:
         """Ignored: the drafts do not depend on what was generated."""
+
+    def extend_many(self, updates: Sequence[StreamUpdate]) -> None:
+        """Ignored."""
 
     def finish(self, stream_id: str) -> None:
         """Ignored."""

@@ -32,7 +32,15 @@ from typing import Any
 
 from srt_agent.spec.cache_io import CacheFileError, arrays_to_nodes, load_arrays, save_arrays, tree_to_arrays
 from srt_agent.spec.cache_types import COUNTERS, CacheIntegrityError, TreeCacheConfig, TreeCacheStats
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftSource, DraftTree, StreamKind
+from srt_agent.spec.draft import (
+    EMPTY_DRAFT,
+    DraftQuery,
+    DraftSource,
+    DraftSourceBase,
+    DraftTree,
+    StreamKind,
+    StreamUpdate,
+)
 from srt_agent.spec.prefix_tree import (
     NODE_BYTES,
     SENTINEL,
@@ -57,6 +65,9 @@ TASK_BYTES = 320
 """A task's suffix index (it has one per fallback window): its dict and table entry."""
 
 
+_NOTHING: tuple[list[Node], DraftSource, bool] = ([], "none", False)
+
+
 class _State:
     __slots__ = ("bytes", "key", "nodes", "root", "streams", "task")
 
@@ -70,7 +81,28 @@ class _State:
 
 
 class _Stream:
-    __slots__ = ("id", "key", "live", "node", "state", "tokens")
+    """An in-flight generation: its place in its state's tree, and its fallback match.
+
+    ``node`` is the exact cursor (where the stream's tokens lead in its own state's tree, advanced
+    by :meth:`TreeCache.extend`). ``fallback`` is the suffix match last used for it, valid at
+    ``fallback_at`` committed tokens and advanced lazily, token by token, when drafts are asked:
+    a matched place that goes on as the stream did is still a match (one token longer), so the
+    suffix indexes are searched again only when every matched place has fallen off.
+    """
+
+    __slots__ = (
+        "fallback",
+        "fallback_at",
+        "fallback_backoff",
+        "fallback_epoch",
+        "fallback_source",
+        "id",
+        "key",
+        "live",
+        "node",
+        "state",
+        "tokens",
+    )
 
     def __init__(self, stream_id: str, key: str, state: _State, live: bool) -> None:
         self.id = stream_id
@@ -79,9 +111,14 @@ class _Stream:
         self.node: Node | None = state.root
         self.live = live
         self.tokens: list[int] = []
+        self.fallback: list[Node] = []
+        self.fallback_at = 0
+        self.fallback_source: DraftSource = "none"
+        self.fallback_backoff = 0  # tokens still to match before a back-off match counts as full
+        self.fallback_epoch = -1  # the cache's eviction count when matched (evictions void it)
 
 
-class TreeCache:
+class TreeCache(DraftSourceBase):
     """Draft source for speculative rollouts: implements :class:`~srt_agent.spec.DraftSourceProtocol`.
 
     Thread-safe (one lock); the engine's worker calls :meth:`draft`, :meth:`extend` and
@@ -135,17 +172,59 @@ class TreeCache:
             raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {budget}")
         gen = generated if isinstance(generated, list) else list(generated)
         with self._lock:
-            roots, source, backoff = (
-                self._draft_roots(state_key, task_id, gen) if budget else ([], "none", False)
-            )
-            if not roots:
-                self._counts["drafts_none"] += 1
-                return EMPTY_DRAFT
-            tokens, parents, probs, runahead = select_draft(roots, budget)
-            self._counts["drafts_" + source] += 1
-            self._counts["nodes_served"] += len(tokens)
-            self._counts["runahead_nodes_served"] += sum(runahead)
-        return DraftTree(tuple(tokens), tuple(parents), tuple(probs), source, tuple(runahead), backoff)
+            found = self._draft_roots(state_key, task_id, gen) if budget else _NOTHING
+            return self._select(found, budget)
+
+    def draft_many(self, queries: Sequence[DraftQuery]) -> list[DraftTree]:
+        """Every row's draft for a decode step, under one lock (see :meth:`draft`).
+
+        A query whose stream is in flight here and has reported exactly ``generated`` drafts from
+        the stream's cursors (O(1) for the exact tree; the fallback match is advanced by the tokens
+        committed since it was made, and searched again only when it has fallen off); any other
+        query is served as :meth:`draft` serves it.
+
+        Raises:
+            ValueError: A budget is negative.
+        """
+        if any(q.budget < 0 for q in queries):
+            bad = min(q.budget for q in queries)
+            raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {bad}")
+        out: list[DraftTree] = []
+        with self._lock:
+            for q in queries:
+                gen = q.generated if isinstance(q.generated, list) else list(q.generated)
+                if not q.budget:
+                    found = _NOTHING
+                else:
+                    stream = self._streams.get(q.stream_id)
+                    tokens = stream.tokens if stream is not None else None
+                    if (
+                        stream is not None
+                        and tokens is not None
+                        and stream.state is not None
+                        and stream.key == q.state_key
+                        and len(tokens) == len(gen)
+                        and (not gen or tokens[-1] == gen[-1])
+                    ):
+                        found = self._cursor_roots(stream, q.task_id, gen)
+                    else:
+                        found = self._draft_roots(q.state_key, q.task_id, gen)
+                out.append(self._select(found, q.budget))
+        return out
+
+    def _select(self, found: tuple[list[Node], DraftSource, bool], budget: int) -> DraftTree:
+        """The best-first draft below the found roots (counted by source)."""
+        roots, source, backoff = found
+        if not roots:
+            self._counts["drafts_none"] += 1
+            return EMPTY_DRAFT
+        tokens, parents, probs, runahead = select_draft(roots, budget)
+        self._counts["drafts_" + source] += 1
+        self._counts["nodes_served"] += len(tokens)
+        self._counts["runahead_nodes_served"] += sum(runahead)
+        return DraftTree.trusted(
+            tuple(tokens), tuple(parents), tuple(probs), source, tuple(runahead), backoff
+        )
 
     def extend(
         self,
@@ -162,44 +241,69 @@ class TreeCache:
         Raises:
             ValueError: The stream exists with another state or kind, or a token id is negative.
         """
+        with self._lock:
+            self._extend(stream_id, state_key, task_id, new_tokens, kind)
+            self._enforce_budget()
+
+    def extend_many(self, updates: Sequence[StreamUpdate]) -> None:
+        """Every row's committed tokens of a step, under one lock (see :meth:`extend`).
+
+        Valid updates are applied even if others are not; the byte budget is enforced once, after
+        all of them.
+
+        Raises:
+            ValueError: Some updates were invalid (the message names each).
+        """
+        errors: list[str] = []
+        with self._lock:
+            for u in updates:
+                try:
+                    self._extend(u.stream_id, u.state_key, u.task_id, u.new_tokens, u.kind)
+                except ValueError as exc:
+                    errors.append(str(exc))
+            self._enforce_budget()
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    def _extend(
+        self, stream_id: str, state_key: str, task_id: str, new_tokens: Sequence[int], kind: StreamKind
+    ) -> None:
         if kind not in ("live", "runahead"):
             raise ValueError(f"stream {stream_id!r}: kind must be 'live' or 'runahead', got {kind!r}")
         if len(new_tokens) and min(new_tokens) < 0:
             raise ValueError(f"stream {stream_id!r}: token ids must be >= 0, got {min(new_tokens)}")
-        with self._lock:
-            stream = self._streams.get(stream_id)
-            if stream is None:
-                stream = self._start_stream(stream_id, state_key, task_id, kind == "live")
-            elif stream.key != state_key or stream.live != (kind == "live"):
-                was = "live" if stream.live else "runahead"
-                raise ValueError(
-                    f"stream {stream_id!r} is a {was} stream from state {stream.key!r}, not a {kind} one "
-                    f"from {state_key!r}; use a new stream id per generation"
-                )
-            state, node = stream.state, stream.node
-            if state is None or node is None:  # detached: its state was evicted
-                return
-            self._states.move_to_end(state.key)
-            live = int(stream.live)
-            for t in new_tokens:
-                node.ends -= 1
-                kids = node.kids  # child() inlined (hot loop)
-                if type(kids) is Node:
-                    nxt = kids if kids.token == t else None
-                else:
-                    nxt = None if kids is None else kids.get(t)  # type: ignore[union-attr]
-                if nxt is None:
-                    nxt = self._grow(state, node, t)
-                nxt.count += 1
-                nxt.ends += 1
-                nxt.live += live
-                node = nxt
-            stream.node = node
-            stream.tokens.extend(new_tokens)
-            n = len(new_tokens)
-            self._counts["tokens_added"] += n
-            self._bytes += STREAM_TOKEN_BYTES * n
-            self._enforce_budget()
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            stream = self._start_stream(stream_id, state_key, task_id, kind == "live")
+        elif stream.key != state_key or stream.live != (kind == "live"):
+            was = "live" if stream.live else "runahead"
+            raise ValueError(
+                f"stream {stream_id!r} is a {was} stream from state {stream.key!r}, not a {kind} one "
+                f"from {state_key!r}; use a new stream id per generation"
+            )
+        state, node = stream.state, stream.node
+        if state is None or node is None:  # detached: its state was evicted
+            return
+        self._states.move_to_end(state.key)
+        live = int(stream.live)
+        for t in new_tokens:
+            node.ends -= 1
+            kids = node.kids  # child() inlined (hot loop)
+            if type(kids) is Node:
+                nxt = kids if kids.token == t else None
+            else:
+                nxt = None if kids is None else kids.get(t)  # type: ignore[union-attr]
+            if nxt is None:
+                nxt = self._grow(state, node, t)
+            nxt.count += 1
+            nxt.ends += 1
+            nxt.live += live
+            node = nxt
+        stream.node = node
+        stream.tokens.extend(new_tokens)
+        n = len(new_tokens)
+        self._counts["tokens_added"] += n
+        self._bytes += STREAM_TOKEN_BYTES * n
 
     def finish(self, stream_id: str) -> None:
         """The stream ended; forget its cursor (its tokens stay in the cache).
@@ -370,6 +474,40 @@ class TreeCache:
             node = self._locate(state, gen)
             if node is not None and node.kids is not None:
                 return [node], "exact", False
+        return self._suffix_roots(task_id, gen)
+
+    def _cursor_roots(
+        self, stream: _Stream, task_id: str, gen: list[int]
+    ) -> tuple[list[Node], DraftSource, bool]:
+        """:meth:`_draft_roots` for a stream standing at the end of ``gen``, from its cursors."""
+        state, node = stream.state, stream.node
+        assert state is not None and node is not None
+        self._states.move_to_end(state.key)
+        if node.kids is not None:
+            return [node], "exact", False
+        n = len(gen)
+        nodes = stream.fallback
+        if nodes and stream.fallback_epoch == self._counts["evictions"]:
+            if stream.fallback_at < n:
+                for t in gen[stream.fallback_at :]:
+                    nodes = [c for c in (child(x, t) for x in nodes) if c is not None]
+                    if not nodes:
+                        break
+                stream.fallback_backoff = max(0, stream.fallback_backoff - (n - stream.fallback_at))
+                stream.fallback, stream.fallback_at = nodes, n
+            going = [x for x in nodes if x.kids is not None]
+            if going:
+                return going, stream.fallback_source, stream.fallback_backoff > 0
+        found = self._suffix_roots(task_id, gen)
+        roots, source, backoff = found
+        stream.fallback, stream.fallback_at, stream.fallback_source = roots, n, source
+        # A back-off match becomes a full one once it has gone on for a whole window.
+        stream.fallback_backoff = self.config.window - self.config.backoff_window if backoff else 0
+        stream.fallback_epoch = self._counts["evictions"]
+        return found
+
+    def _suffix_roots(self, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource, bool]:
+        """Suffix matches of ``gen``: the task's trees, then all; the full window, then the back-off."""
         cfg = self.config
         task = self._tasks.get(task_id) if task_id else None
         # The task's own text first (its numbers and names recur; measured on Calculator and
@@ -492,7 +630,7 @@ class TreeCache:
             self._bytes -= TASK_BYTES * len(self._windows)
         for stream in state.streams.values():  # they stop feeding the cache; their tokens go
             self._bytes -= STREAM_TOKEN_BYTES * len(stream.tokens)
-            stream.state, stream.node, stream.tokens = None, None, []
+            stream.state, stream.node, stream.tokens, stream.fallback = None, None, [], []
         self._bytes -= state.bytes
         self._nodes -= state.nodes
         self._counts["evictions"] += 1

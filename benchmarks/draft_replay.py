@@ -1,0 +1,162 @@
+"""Replay a rollout trace through the tree cache: tokens per forward and host cost of drafting.
+
+Run: ``python benchmarks/draft_replay.py TRACE [--budget 8 --window 3 --backoff-window 0
+--modes cursor,search --json PATH]``, with a trace written by ``srt-agent eval ... --trace TRACE``
+(``--no-spec`` keeps the sampled text independent of the drafts).
+
+Each generated turn of the trace is replayed, in file order, as one stream of the cache: from each
+position, one draft of at most ``--budget`` nodes is asked for, its longest path that the recorded
+text follows is accepted, and the forward emits that plus one more token (what exact verification
+accepts when the policy samples the recorded tokens). The emitted tokens are then reported to the
+cache, as the engine reports committed tokens. So the cache sees earlier turns of the same task,
+earlier tasks, and the turn's own text, as a rollout would (run in sequence, not in lockstep).
+
+Modes (each replays the whole trace on a fresh cache; figures side by side):
+
+* ``cursor``: the engine's path: ``draft_many`` and ``extend_many`` per step, drafting from each
+  stream's cursors (incremental matching);
+* ``search``: a fresh search per draft (``draft`` with the generated tokens: walk from the state's
+  root, suffix matching), the cache's per-row path.
+
+Printed per mode and env: tokens per forward, the share of empty drafts, drafts and accepted tokens
+by source, host microseconds per draft call and per reported token (``time.perf_counter`` around
+the cache's calls). JSON keys (``--json``, one flat object): ``{mode}_{env}_{figure}`` with figures
+``tokens_per_forward``, ``empty_share``, ``draft_us``, ``report_us_per_token``, ``drafts_{source}``,
+``accepted_{source}``; ``{env}`` is the env id's name (``Calculator``), or ``all``; plus ``budget``,
+``window``, ``backoff_window``, ``turns``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from srt_agent.rollout.trace import iter_trace
+from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
+from srt_agent.spec.draft import DraftQuery, StreamUpdate
+
+
+def accepted_path(draft: DraftTree, text: Sequence[int]) -> int:
+    """How many of ``text``'s tokens the draft tree spells from its root (the accepted path)."""
+    pairs = zip(draft.token_ids, draft.parents, strict=True)
+    children: dict[tuple[int, int], int] = {(p, t): j for j, (t, p) in enumerate(pairs)}
+    node, n = -1, 0
+    while n < len(text):
+        nxt = children.get((node, text[n]))
+        if nxt is None:
+            break
+        node, n = nxt, n + 1
+    return n
+
+
+Turn = tuple[str, str, str, list[int]]  # (env name, state key, task id, generated tokens)
+
+
+def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -> dict[str, Counter[str]]:
+    """Replay ``(env, state key, task id, tokens)`` turns; per env (and ``all``) the raw counts."""
+    cache = TreeCache(config)
+    stats: dict[str, Counter[str]] = defaultdict(Counter)
+    timing: dict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for i, (env, key, task, tokens) in enumerate(turns):
+        sid = f"turn{i}"
+        pos = 0
+        cache.extend_many([StreamUpdate(sid, key, task, [])])  # the stream starts at the prompt
+        while pos < len(tokens):
+            left = len(tokens) - pos - 1  # the forward emits one token anyway
+            k = min(budget, left)
+            start = time.perf_counter()
+            if k <= 0:
+                draft = DraftTree()
+            elif mode == "cursor":
+                draft = cache.draft_many([DraftQuery(sid, key, task, (), tokens[:pos], k)])[0]
+            else:
+                draft = cache.draft(key, task, (), tokens[:pos], k)
+            drafted = time.perf_counter()
+            n = accepted_path(draft, tokens[pos:]) if draft else 0
+            emitted = tokens[pos : pos + n + 1]
+            if mode == "cursor":
+                cache.extend_many([StreamUpdate(sid, key, task, emitted)])
+            else:
+                cache.extend(sid, key, task, emitted)
+            reported = time.perf_counter()
+            for scope in (env, "all"):
+                s, t = stats[scope], timing[scope]
+                s["forwards"] += 1
+                s["tokens"] += len(emitted)
+                if k > 0:
+                    s["draft_calls"] += 1
+                    s[f"drafts_{draft.source}"] += 1
+                    s[f"accepted_{draft.source}"] += n
+                    t["draft_s"] += drafted - start
+                t["report_s"] += reported - drafted
+            pos += len(emitted)
+        cache.finish(sid)
+    for scope, t in timing.items():
+        stats[scope]["draft_ns"] = int(1e9 * t["draft_s"])
+        stats[scope]["report_ns"] = int(1e9 * t["report_s"])
+    return stats
+
+
+def figures(s: Counter[str]) -> dict[str, float]:
+    """The printed figures of one mode and env from its counts."""
+    calls = max(1, s["draft_calls"])
+    out = {
+        "tokens_per_forward": round(s["tokens"] / max(1, s["forwards"]), 3),
+        "empty_share": round(s["drafts_none"] / calls, 3),
+        "draft_us": round(s["draft_ns"] / 1000 / calls, 2),
+        "report_us_per_token": round(s["report_ns"] / 1000 / max(1, s["tokens"]), 3),
+    }
+    for source in ("exact", "task", "global", "none"):
+        out[f"drafts_{source}"] = s[f"drafts_{source}"]
+        out[f"accepted_{source}"] = s[f"accepted_{source}"]
+    return out
+
+
+def main() -> None:
+    """Read the trace, replay it in each mode, print and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--budget", type=int, default=8, help="draft nodes per forward")
+    parser.add_argument("--window", type=int, default=3, help="the tree cache's suffix window")
+    parser.add_argument("--backoff-window", type=int, default=0, help="the tree cache's back-off window")
+    parser.add_argument("--modes", default="cursor,search", help="comma-separated: cursor, search")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",")]
+    unknown = sorted(set(modes) - {"cursor", "search"})
+    if unknown:
+        parser.error(f"unknown mode(s) {unknown}; choose from cursor, search")
+    config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window)
+    turns = [
+        (t.env_id.split("/")[-1].split("-")[0], t.state_key, t.task_id, list(t.token_ids))
+        for t in iter_trace(args.trace)
+    ]
+    record: dict[str, float | int] = {
+        "budget": args.budget,
+        "window": args.window,
+        "backoff_window": args.backoff_window,
+        "turns": len(turns),
+    }
+    for mode in modes:
+        for env, counts in sorted(replay(turns, config, args.budget, mode).items()):
+            fig = figures(counts)
+            hits = " ".join(
+                f"{s} {fig[f'drafts_{s}']}/{fig[f'accepted_{s}']}" for s in ("exact", "task", "global")
+            )
+            print(
+                f"{mode:7s} {env:12s} tok/fwd {fig['tokens_per_forward']:.3f}  "
+                f"empty {fig['empty_share']:.1%}  draft {fig['draft_us']:.1f} us/call  "
+                f"report {fig['report_us_per_token']:.2f} us/token  drafts/accepted by source: {hits}"
+            )
+            record.update({f"{mode}_{env}_{k}": v for k, v in fig.items()})
+    if args.json is not None:
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
