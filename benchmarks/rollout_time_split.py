@@ -162,6 +162,7 @@ def main() -> None:
             for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
                 if r:
                     arm.engine.update_weights(weights)
+                gc.collect()  # as bench rollout does: no batch inherits a pending full collection
                 SECONDS.clear()
                 CPU.clear()
                 CALLS.clear()

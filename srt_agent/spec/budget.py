@@ -159,11 +159,18 @@ class Acceptance:
     """
 
     cells: dict[tuple[str, int], _Cell] = field(default_factory=dict)
+    # Rates read since the last observation: every row of every step reads them per node, and they
+    # change only when a verify step is observed.
+    _rates: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def rate(self, source: str, depth: int) -> float:
         """Calibration factor of nodes at ``depth`` (1 = child of the root) from ``source``."""
-        cell = self.cells.get((source, depth))
-        return cell.rate() if cell is not None else 1.0
+        key = (source, depth)
+        value = self._rates.get(key)
+        if value is None:
+            cell = self.cells.get(key)
+            value = self._rates[key] = cell.rate() if cell is not None else 1.0
+        return value
 
     def best_rate(self, depth: int) -> float:
         """The most optimistic factor at ``depth`` over the sources seen so far (1 before any)."""
@@ -176,6 +183,7 @@ class Acceptance:
 
     def observe(self, observations: Sequence[tuple[str, int, float, bool]]) -> None:
         """Forget a little, then add one verify step's nodes as ``(source, depth, q, accepted)``."""
+        self._rates.clear()
         for cell in self.cells.values():
             cell.nodes *= _ACCEPT_DECAY
             cell.mass *= _ACCEPT_DECAY
@@ -225,13 +233,14 @@ def subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree:
         if parent >= 0 and parent not in index:
             raise ValueError(f"node {j} is kept but its parent {parent} is not")
         parents.append(index[parent] if parent >= 0 else -1)
-    return DraftTree(
-        token_ids=tuple(draft.token_ids[j] for j in kept),
-        parents=tuple(parents),
-        probs=tuple(draft.probs[j] for j in kept),
-        source=draft.source,
-        runahead=tuple(draft.runahead[j] for j in kept) if draft.runahead else (),
-        backoff=draft.backoff,
+    # A subtree closed under ancestors of a valid tree is valid: no need to check it again.
+    return DraftTree.trusted(
+        tuple(draft.token_ids[j] for j in kept),
+        tuple(parents),
+        tuple(draft.probs[j] for j in kept),
+        draft.source,
+        tuple(draft.runahead[j] for j in kept) if draft.runahead else (),
+        draft.backoff,
     )
 
 
