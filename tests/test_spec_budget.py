@@ -246,3 +246,21 @@ def test_a_probe_that_accepts_too_little_to_pay_still_backs_off() -> None:
         else:
             idle += 1
     assert len(gaps) >= 3 and gaps[2] > gaps[1] > gaps[0]
+
+
+def test_lookups_stop_when_what_verifying_saves_does_not_cover_them() -> None:
+    """Everything a drafted step costs counts: the lookup, the verify step's extra, rejections."""
+    model = _model(per_forward=0.001, per_token=0.0001)
+    for _ in range(50):
+        model.observe_step(16, 1, 0.004)
+        model.observe_step(16, 3, 0.008)  # a verify step costs twice a plain one
+        model.observe_step(16, 9, 0.0082)
+    for _ in range(50):
+        model.observe_lookup(0.00005)  # 50 us per row: 0.8 ms for the batch
+    # Drafts the calibration trusts to give ~1.1 tokens per row: verifying beats plain decoding
+    # (34 tokens in ~8 ms against 16 in 4 ms), but saves only ~0.5 ms of the batch's decode time.
+    drafts = [_chain(2, prob=0.56)] * 16
+    assert model.ask([20] * 16)[0] > 0
+    chosen = model.choose(drafts)
+    assert all(len(d) == 2 for d in chosen)  # worth verifying once looked up...
+    assert model.ask([20] * 16) == [0] * 16 and not model.probing  # ...but not worth looking up

@@ -26,8 +26,9 @@ Each step the model maximises expected emitted tokens per second over the verify
 * **Lookups that do not pay**: the step's width is chosen optimistically (as if the source were sure
   of its drafts), but a source that knows little about the current states returns drafts too
   uncertain to verify, and looking them up still costs time per row. So the draft source is asked
-  only while the tokens recent lookups led to verify (expected accepted per row) are worth more
-  decode time than the lookups cost; probes keep re-measuring it.
+  only while recent lookups saved more decode time per row (the expected emitted tokens' plain
+  decoding time, minus the verify step's time) than a lookup costs per row; probes keep
+  re-measuring it.
 * **Probes**: after an interval of steps without drafts, one step looks up whole drafts and
   verifies at least a small part of them anyway; otherwise a draft source that starts to pay (the
   cache fills up) would never be noticed. The interval is at least ``probe_interval`` and long
@@ -271,8 +272,8 @@ class CostModel:
         self._intervals: dict[str, int] = {}
         self._widths: dict[int, int] = {}  # batch -> cached optimistic width of ask()
         self._widths_age = 0
-        # What lookups really yielded: decayed mean, over the steps that looked up, of the expected
-        # accepted tokens per row of choose()'s own pick (a probe's forcing aside).
+        # What lookups really yielded: decayed mean, over the steps that looked up, of the decode
+        # seconds per row that choose()'s own pick is expected to save (a probe's forcing aside).
         self._yield: float | None = None
 
     def set_prior(self, points: Sequence[tuple[int, float]]) -> None:
@@ -346,14 +347,18 @@ class CostModel:
 
         The optimistic width assumes drafts the source is sure of; a source whose drafts are mostly
         too uncertain to verify (a cache that knows little about the current states) would still be
-        asked every step, at a lookup cost per row. With ``g`` the expected accepted tokens per row
-        that recent lookups led :meth:`choose` to verify, ask iff those tokens are worth more decode
-        time than the lookups cost: ``g * time(batch) > lookup * batch``. (Whether a wider forward
-        pays is :meth:`choose`'s call at each step.) Probes keep measuring ``g`` while asking is off.
+        asked every step, at a lookup cost per row. Each lookup step's yield is the decode time its
+        pick saves per row (:meth:`choose`): the plain-decoding time of the tokens the verify step
+        is expected to emit, minus the verify step's own time, over the batch. Ask iff recent
+        yields exceed what a lookup costs per row. So everything a drafted step costs counts: the
+        lookup, the verify step's extra time, and drafts that are not accepted. (Measured on the
+        quickstart before this rule, which compared the accepted tokens' worth with the lookups
+        alone: verify steps emitted 25% more tokens per second than plain ones, and the lookups,
+        ~1.1 ms a step at 28 rows, took that back.) Probes keep measuring while asking is off.
         """
         if self._yield is None:
             return True  # nothing measured yet: be optimistic
-        return self._yield * self.step_seconds(batch, 1) > self.lookup_seconds * batch
+        return self._yield > self.lookup_seconds
 
     def _optimistic_width(self, batch: int, width: int) -> int:
         """Best width if every row had a chain of nodes its source is sure of (``q = 1``).
@@ -450,7 +455,11 @@ class CostModel:
                 score = expected / self.step_seconds(batch, w)
                 if score > best * (1 + 1e-9):
                     best_width, best = w, score
-            gain = sum(sum(r.values[: best_width - 1]) for r in ranked) / batch
+            gain = 0.0  # seconds saved per row against plain decoding (0: nothing worth verifying)
+            if best_width > 1:
+                plain = self.step_seconds(batch, 1)
+                tokens = batch + sum(sum(r.values[: best_width - 1]) for r in ranked)
+                gain = (tokens * plain / batch - self.step_seconds(batch, best_width)) / batch
             self._yield = (
                 gain if self._yield is None else _YIELD_DECAY * self._yield + (1 - _YIELD_DECAY) * gain
             )
