@@ -92,3 +92,17 @@ def test_extend_many_applies_the_valid_updates_and_names_the_bad_ones() -> None:
     cache.finish("a")
     cache.finish("b")
     cache.check_integrity()
+
+
+def test_index_keys_from_a_path_equal_the_walk_up_the_tree() -> None:
+    from srt_agent.spec.prefix_tree import Node, add_child
+    from srt_agent.spec.suffix_index import node_keys, path_keys
+
+    rng = random.Random(1)
+    root = Node(-1, None, 0)
+    node, path = root, []
+    for tick in range(1, 12):
+        path.append(rng.randrange(5))
+        node, _ = add_child(node, path[-1], tick)
+        for windows in ((3,), (3, 1), (5, 2)):
+            assert path_keys(path, windows) == node_keys(node, windows)

@@ -54,6 +54,16 @@ def node_keys(node: Node, windows: Sequence[int]) -> list[int]:
     ]
 
 
+def path_keys(path: Sequence[int], windows: Sequence[int]) -> list[int]:
+    """:func:`node_keys` of the node reached by ``path`` from its tree's root, from the path itself.
+
+    Equal to the walk up the tree (the same hashes), without the walk: the engine reports tokens
+    with the stream's whole path at hand.
+    """
+    n = len(path)
+    return [hash(tuple(path[n - w :])) if n >= w else hash((SENTINEL, *path)) for w in windows]
+
+
 def match_length(node: Node, generated: Sequence[int], limit: int) -> int:
     """Length of the common suffix of ``node``'s context and ``[SENTINEL] + generated``, up to ``limit``."""
     m = 0

@@ -51,7 +51,7 @@ from srt_agent.spec.prefix_tree import (
     select_draft,
     tree_bytes,
 )
-from srt_agent.spec.suffix_index import SuffixIndex, node_keys
+from srt_agent.spec.suffix_index import SuffixIndex, node_keys, path_keys
 
 __all__ = ["CacheIntegrityError", "TreeCache", "TreeCacheConfig", "TreeCacheStats"]
 
@@ -265,21 +265,22 @@ class TreeCache(DraftSourceBase):
             return
         self._states.move_to_end(state.key)
         live = int(stream.live)
+        path = stream.tokens  # the stream's tokens are the path from the root to its cursor
         for t in new_tokens:
             node.ends -= 1
+            path.append(t)
             kids = node.kids  # child() inlined (hot loop)
             if type(kids) is Node:
                 nxt = kids if kids.token == t else None
             else:
                 nxt = None if kids is None else kids.get(t)  # type: ignore[union-attr]
             if nxt is None:
-                nxt = self._grow(state, node, t)
+                nxt = self._grow(state, node, t, path)
             nxt.count += 1
             nxt.ends += 1
             nxt.live += live
             node = nxt
         stream.node = node
-        stream.tokens.extend(new_tokens)
         n = len(new_tokens)
         self._counts["tokens_added"] += n
         self._bytes += STREAM_TOKEN_BYTES * n
@@ -557,20 +558,25 @@ class TreeCache(DraftSourceBase):
         self._bytes += STREAM_BYTES
         return stream
 
-    def _grow(self, state: _State, parent: Node, token: int) -> Node:
+    def _grow(self, state: _State, parent: Node, token: int, path: list[int] | None = None) -> Node:
+        """Add the child ``token`` of ``parent`` and index it.
+
+        ``path``: the tokens from the state's root to the new node, when the caller has them (a
+        stream's tokens): its index keys are then hashed from them, not from a walk up the tree.
+        """
         node, grown = add_child(parent, token, self._tick)
         self._tick += 1
         state.nodes += 1
         state.bytes += grown
         self._nodes += 1
         self._bytes += grown
-        self._index(state, node)
+        self._index(state, node, None if path is None else path_keys(path, self._windows))
         return node
 
-    def _index(self, state: _State, node: Node) -> None:
+    def _index(self, state: _State, node: Node, keys: list[int] | None = None) -> None:
         # Index bytes are the indexes' own (a key's container is shared by nodes of many states).
         task = self._tasks[state.task] if state.task else None
-        for i, key in enumerate(node_keys(node, self._windows)):
+        for i, key in enumerate(node_keys(node, self._windows) if keys is None else keys):
             self._bytes += self._global[i].add(key, node)
             if task is not None:
                 self._bytes += task[i].add(key, node)
