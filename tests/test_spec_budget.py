@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from srt_agent.spec.budget import Acceptance, CostModel, ForwardTime, subtree
@@ -205,46 +207,37 @@ def test_subtree_reindexes_and_requires_ancestors() -> None:
         subtree(tree, [0, 3])
 
 
-def test_probes_are_spaced_so_a_verify_steps_fixed_extra_stays_within_the_overhead() -> None:
-    """On a CPU a verify step of one node costs ~2x a plain one: probing every 16 steps would cost
-    ~6% of decode time however small the probe; the interval grows to keep it at probe_overhead."""
-    model = _model(per_forward=0.001, per_token=0.0001)
+def _probe_gaps(accepted: Sequence[Sequence[int]], **config: object) -> list[int]:
+    """Idle steps before each probe of a 16-row batch on a CPU-like machine (a one-node verify step
+    costs a plain step more) whose probes accept ``accepted`` (per row) every time."""
+    model = _model(per_forward=0.001, per_token=0.0001, **config)
     for _ in range(50):
         model.observe_step(16, 1, 0.004)
         model.observe_step(16, 2, 0.008)  # the fixed extra of a verify step: one plain step
         model.observe_step(16, 9, 0.0085)
-    for _ in range(3):
+    for _ in range(3):  # drafts stop paying
         model.observe_verify([_chain(8)] * 16, [()] * 16)
     gaps, idle = [], 0
     for _ in range(400):
         if model.ask([20] * 16)[0] and model.probing:
             gaps.append(idle)
             idle = 0
-            model.observe_verify(model.choose([_chain(8)] * 16), [()] * 16)
+            model.observe_verify(model.choose([_chain(8)] * 16), accepted)
         else:
             idle += 1
+    return gaps
+
+
+def test_probes_are_spaced_so_a_verify_steps_fixed_extra_stays_within_the_overhead() -> None:
+    """On a CPU a verify step of one node costs ~2x a plain one: probing every 16 steps would cost
+    ~6% of decode time however small the probe; the interval grows to keep it at probe_overhead."""
     # 0.004 s extra over 2% of 0.004 s per plain step: 50 steps, then doubling (up to 16x).
-    assert gaps[:3] == [50, 100, 200]
+    assert _probe_gaps([()] * 16)[:3] == [50, 100, 200]
 
 
 def test_a_probe_that_accepts_too_little_to_pay_still_backs_off() -> None:
-    model = _model(per_forward=0.001, per_token=0.0001, probe_interval=4, probe_overhead=0.1)
-    for _ in range(50):
-        model.observe_step(16, 1, 0.004)
-        model.observe_step(16, 2, 0.008)  # a verify step costs a plain step more
-        model.observe_step(16, 9, 0.0085)
-    for _ in range(3):
-        model.observe_verify([_chain(8)] * 16, [()] * 16)
-    gaps, idle = [], 0
-    for _ in range(400):
-        if model.ask([20] * 16)[0] and model.probing:
-            gaps.append(idle)
-            idle = 0
-            chosen = model.choose([_chain(8)] * 16)
-            # One row in 16 accepts a token: 1/16 of a plain step saved for a plain step spent.
-            model.observe_verify(chosen, [(0,)] + [()] * 15)
-        else:
-            idle += 1
+    # One row in 16 accepts a token: 1/16 of a plain step saved for a plain step spent.
+    gaps = _probe_gaps([(0,)] + [()] * 15, probe_interval=4, probe_overhead=0.1)
     assert len(gaps) >= 3 and gaps[2] > gaps[1] > gaps[0]
 
 
