@@ -257,3 +257,39 @@ def test_lookups_stop_when_what_verifying_saves_does_not_cover_them() -> None:
     chosen = model.choose(drafts)
     assert all(len(d) == 2 for d in chosen)  # worth verifying once looked up...
     assert model.ask([20] * 16) == [0] * 16 and not model.probing  # ...but not worth looking up
+
+
+def test_rank_equals_sorting_by_probability_then_depth() -> None:
+    """rank() skips the sort when a draft already comes in rank order (the tree cache's do)."""
+    import random
+
+    from spec_drafters import random_tree
+
+    from srt_agent.spec import TreeCache
+    from srt_agent.spec.budget import _node_stats
+
+    def reference(model: CostModel, draft: DraftTree, group: str) -> tuple[tuple[int, ...], list[float]]:
+        q, depth = _node_stats(draft)
+        key = f"{group}|{draft.calibration}" if group else draft.calibration
+        values: list[float] = []
+        for j, parent in enumerate(draft.parents):
+            v = min(1.0, model.acceptance.rate(key, depth[j]) * q[j])
+            values.append(min(v, values[parent]) if parent >= 0 else v)
+        order = tuple(sorted(range(len(draft)), key=lambda j: (-q[j], depth[j], j)))
+        return order, [values[j] for j in order]
+
+    rng = random.Random(3)
+    model = _model(per_forward=0.001, per_token=0.0001)
+    model.observe_verify([_chain(4, prob=0.8)] * 4, [(0, 1), (0,), (), (0, 1, 2)])
+    cache = TreeCache()
+    for _ in range(40):
+        cache.insert("s", "T", [rng.randrange(4) for _ in range(6)])
+    drafts = [cache.draft("s", "T", [], [], 12)]
+    for _ in range(200):
+        tokens, parents = random_tree(rng, 6, rng.randrange(1, 10))
+        probs = tuple(rng.choice((0.3, 0.5, 0.5, 0.9, 1.2, -0.1)) for _ in tokens)
+        drafts.append(DraftTree(tuple(tokens), tuple(parents), probs, "task"))
+    for draft in drafts:
+        got = model.rank(draft, "g")
+        order, values = reference(model, draft, "g")
+        assert got.order == order and list(got.values) == values
