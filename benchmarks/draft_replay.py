@@ -62,6 +62,14 @@ def accepted_path(draft: DraftTree, text: Sequence[int]) -> int:
 Turn = tuple[str, str, str, list[int]]  # (env name, state key, task id, generated tokens)
 
 
+def read_turns(path: Path) -> list[Turn]:
+    """The generated turns of an ``srt-trace/1`` file, in file order, env ids shortened."""
+    return [
+        (t.env_id.split("/")[-1].split("-")[0], t.state_key, t.task_id, list(t.token_ids))
+        for t in iter_trace(path)
+    ]
+
+
 def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -> dict[str, Counter[str]]:
     """Replay ``(env, state key, task id, tokens)`` turns; per env (and ``all``) the raw counts."""
     cache = TreeCache(config)
@@ -142,10 +150,7 @@ def main() -> None:
     if "cursor" in modes and DraftQuery is None:
         parser.error("this srt_agent has no batched drafting (draft_many): use --modes search")
     config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window)
-    turns = [
-        (t.env_id.split("/")[-1].split("-")[0], t.state_key, t.task_id, list(t.token_ids))
-        for t in iter_trace(args.trace)
-    ]
+    turns = read_turns(args.trace)
     record: dict[str, float | int] = {
         "budget": args.budget,
         "window": args.window,

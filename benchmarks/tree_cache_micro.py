@@ -9,6 +9,9 @@ then timed in a loop, single-threaded; the table also shows which source served 
 how many nodes they had, so a fast path that returns nothing cannot pass for a fast draft.
 ``--json PATH`` writes the figures as one flat object: ``<call>_us`` per timed call kind (keys in
 :data:`CALLS`), ``insert_tokens_per_s``, ``nodes_per_state``, ``cache_mib`` and the settings.
+``--trace TRACE`` (repeatable; an ``srt-agent eval --trace`` file) adds real-trace figures from
+``draft_replay.py``'s replay: ``trace_{env}_{mode}_draft_us``, ``..._report_us_per_token`` and
+``..._tokens_per_forward`` for the engine's batched path (``cursor``) and the per-row one (``search``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from srt_agent.spec import DraftTree, TreeCache
+from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
 
 Groups = list[tuple[str, str, list[list[int]]]]
 
@@ -36,6 +39,40 @@ CALLS = {
     "extend_existing": "extend 1 token, existing node",
     "extend_existing8": "extend 8 tokens, existing nodes",
 }
+
+
+def replay_trace(path: Path, budget: int = 8, repeat: int = 3) -> dict[str, float]:
+    """Real-trace figures from ``benchmarks/draft_replay.py``'s replay of ``path``.
+
+    Both the engine's batched path (``cursor``) and the per-row one (``search``), as
+    ``trace_{env}_{mode}_{figure}``. For the code before a change, run ``draft_replay.py TRACE --modes search`` with ``PYTHONPATH``
+    set to a checkout of it.
+    """
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import draft_replay  # a sibling script
+
+    turns = draft_replay.read_turns(path)
+    out: dict[str, float] = {}
+    for mode in ("cursor", "search"):
+        best: dict[str, Counter[str]] = {}
+        for _ in range(repeat):
+            for env, counts in draft_replay.replay(turns, TreeCacheConfig(), budget, mode).items():
+                kept = best.setdefault(env, counts)
+                for key in ("draft_ns", "report_ns"):
+                    kept[key] = min(kept[key], counts[key])
+        for env, counts in best.items():
+            if env == "all":  # a trace of one env: the same figures again
+                continue
+            fig = draft_replay.figures(counts)
+            print(
+                f"  trace {path.name} {env:11s} {mode:6s} {fig['draft_us']:6.1f} µs/draft  "
+                f"{fig['report_us_per_token']:5.2f} µs/token  {fig['tokens_per_forward']:.2f} tok/fwd"
+            )
+            for key in ("draft_us", "report_us_per_token", "tokens_per_forward"):
+                out[f"trace_{env}_{mode}_{key}"] = fig[key]
+    return out
 
 
 def make_groups(states: int, group: int, length: int, vocab: int, seed: int = 0) -> Groups:
@@ -83,6 +120,13 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32_000)
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        help="also replay this eval trace (repeatable): µs per draft call and per reported token",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here (flat JSON)")
     args = ap.parse_args()
 
@@ -158,8 +202,10 @@ def main() -> None:
     for key, us, what in rows:
         print(f"  {CALLS[key]:<46} {us:7.1f} µs   {what}")
     cache.check_integrity()
+    record: dict[str, float | int] = {f"{key}_us": round(us, 2) for key, us, _ in rows}
+    for trace in args.trace:
+        record.update(replay_trace(trace))
     if args.json is not None:
-        record: dict[str, float | int] = {f"{key}_us": round(us, 2) for key, us, _ in rows}
         record.update(
             insert_tokens_per_s=round(stats.tokens_added / fill_s),
             nodes_per_state=stats.nodes // stats.states,
