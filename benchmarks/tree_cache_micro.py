@@ -45,8 +45,8 @@ def replay_trace(path: Path, budget: int = 8, repeat: int = 3) -> dict[str, floa
     """Real-trace figures from ``benchmarks/draft_replay.py``'s replay of ``path``.
 
     Both the engine's batched path (``cursor``) and the per-row one (``search``), as
-    ``trace_{env}_{mode}_{figure}``. For the code before a change, run ``draft_replay.py TRACE --modes search`` with ``PYTHONPATH``
-    set to a checkout of it.
+    ``trace_{env}_{mode}_{figure}``. For the code before a change, run ``draft_replay.py TRACE
+    --modes search`` with ``PYTHONPATH`` set to a checkout of it.
     """
     import sys
 
