@@ -314,7 +314,8 @@ class Scheduler:
             committed += len(new)
             if seq.request.priority == "runahead":
                 runahead += len(new)
-            reports.append((seq, new))
+            if self.speculator is not None:
+                reports.append((seq, new))
             if finished:
                 done.append(row)
                 # Park what the row holds for a later prompt that shares the prefix (the episode's
@@ -325,7 +326,7 @@ class Scheduler:
                 # The row goes on: keep the root and the accepted nodes, contiguous (the last
                 # emitted token is not in the cache yet, as after a plain decode step).
                 self.cache.keep(row, prefix, em.kept)
-        if self.speculator is not None:
+        if self.speculator is not None:  # one call for every row's tokens
             self.speculator.report_many(reports)
         self.counters.add(tokens=committed, runahead_tokens=runahead, row_steps=len(emitted))
         # Free rows first, so a caller woken by its output already sees the row released.

@@ -9,9 +9,10 @@ Each row's tree is then walked with the exact acceptance rule (:class:`~srt_agen
 drawing target tokens depth by depth only where the walks go.
 The scheduler commits the emitted tokens and compacts the KV cache to the accepted path.
 
-It also reports every committed token to the draft source (``extend``) and every ended sequence
-(``finish``), with speculation enabled or not, so the cache fills from in-flight sequences. A draft
-source that raises never fails a request: the error is logged and counted, the step goes on.
+It also reports each step's committed tokens to the draft source (``extend_many``, one call for
+every row) and every ended sequence (``finish``), with speculation enabled or not, so the cache
+fills from in-flight sequences. A draft source that raises never fails a request: the error is
+logged and counted, the step goes on.
 """
 
 from __future__ import annotations
@@ -129,10 +130,6 @@ class Speculator:
             self.cost.set_prior(self._calibrate())
 
     # --- draft-source reporting ---------------------------------------------------------------
-
-    def report(self, seq: SequenceState, tokens: Sequence[int]) -> None:
-        """Tell the draft source about tokens ``seq`` committed."""
-        self.report_many([(seq, tokens)])
 
     def report_many(self, committed: Sequence[tuple[SequenceState, Sequence[int]]]) -> None:
         """Tell the draft source about every row's committed tokens of a step, in one call."""

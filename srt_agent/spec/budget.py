@@ -421,30 +421,19 @@ class CostModel:
         acceptance is the calibrated probability, capped by its parent's (accepted only after it).
         ``group`` is the request's ``draft_group``: calibration is kept per group.
         """
-        # One pass (this runs for every row of every drafted step): q and depth as _node_stats
-        # computes them, the values, and whether the nodes already come in rank order (the tree
-        # cache's best-first drafts do), in which case no sort is needed.
-        parents, probs = draft.parents, draft.probs
-        n = len(parents)
-        q = [0.0] * n
-        depth = [0] * n
-        values = [0.0] * n
+        q, depth = _node_stats(draft)
         rate, key = self.acceptance.rate, _calibration_key(draft, group)
+        values: list[float] = []
+        # Whether the nodes already come in rank order (the tree cache's best-first drafts do):
+        # then no sort is needed (this runs for every row of every drafted step).
         ranked, last_q, last_d = True, 2.0, 0
-        for j in range(n):
-            parent = parents[j]
-            v = probs[j]
-            v = 0.0 if v < 0.0 else 1.0 if v > 1.0 else v
-            d = 1
-            if parent >= 0:
-                v = min(v, q[parent])
-                d = depth[parent] + 1
-            e = min(1.0, rate(key, d) * v)
-            values[j] = min(e, values[parent]) if parent >= 0 else e
-            q[j], depth[j] = v, d
-            if v > last_q or (v == last_q and d < last_d):
+        for j, parent in enumerate(draft.parents):
+            v = min(1.0, rate(key, depth[j]) * q[j])
+            values.append(min(v, values[parent]) if parent >= 0 else v)
+            if q[j] > last_q or (q[j] == last_q and depth[j] < last_d):
                 ranked = False
-            last_q, last_d = v, d
+            last_q, last_d = q[j], depth[j]
+        n = len(values)
         if ranked:
             return Ranked(tuple(range(n)), tuple(values))
         order = sorted(range(n), key=lambda j: (-q[j], depth[j], j))

@@ -255,43 +255,36 @@ def _push_children(
     Siblings ranked below the ``limit`` best can never be chosen: the better ones come first and
     would use up the remaining budget. Pruning them keeps wide nodes cheap.
     """
-    if len(group) == 1:  # one place (an exact state, or a single match): no merging
+    items: list[_Entry]
+    if len(group) == 1:  # one place (an exact state, or a single match): nothing to merge
         node = group[0]
         kids = node.kids
         if kids is None:
             return
         total = node.count - node.ends
-        if type(kids) is Node:
-            entry = (-(prob * (kids.count / total)), depth + 1, index, kids.token, (kids,), kids.live)
-            heapq.heappush(heap, entry)
-            return
-        items: list[_Entry] = [
+        items = [
             (-(prob * (c.count / total)), depth + 1, index, c.token, (c,), c.live)
-            for c in kids.values()  # type: ignore[union-attr]
+            for c in ((kids,) if type(kids) is Node else kids.values())  # type: ignore[union-attr]
         ]
-        if len(items) > limit:
-            items = heapq.nsmallest(limit, items)
-        for item in items:
-            heapq.heappush(heap, item)
-        return
-    merged: dict[int, list[Node]] = {}
-    total = 0
-    for node in group:
-        kids = node.kids
-        if kids is None:
-            continue
-        total += node.count - node.ends
-        for c in (kids,) if type(kids) is Node else kids.values():  # type: ignore[union-attr]
-            nodes = merged.get(c.token)
-            if nodes is None:
-                merged[c.token] = [c]
-            else:
-                nodes.append(c)
-    items = []
-    for t, nodes in merged.items():
-        count = sum(c.count for c in nodes)
-        live = sum(c.live for c in nodes)
-        items.append((-(prob * (count / total)), depth + 1, index, t, nodes, live))
+    else:
+        merged: dict[int, list[Node]] = {}
+        total = 0
+        for node in group:
+            kids = node.kids
+            if kids is None:
+                continue
+            total += node.count - node.ends
+            for c in (kids,) if type(kids) is Node else kids.values():  # type: ignore[union-attr]
+                nodes = merged.get(c.token)
+                if nodes is None:
+                    merged[c.token] = [c]
+                else:
+                    nodes.append(c)
+        items = []
+        for t, nodes in merged.items():
+            count = sum(c.count for c in nodes)
+            live = sum(c.live for c in nodes)
+            items.append((-(prob * (count / total)), depth + 1, index, t, nodes, live))
     if len(items) > limit:
         items = heapq.nsmallest(limit, items)
     for item in items:

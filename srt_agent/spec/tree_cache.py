@@ -68,6 +68,11 @@ TASK_BYTES = 320
 _NOTHING: tuple[list[Node], DraftSource, bool] = ([], "none", False)
 
 
+def _check_budget(budget: int) -> None:
+    if budget < 0:
+        raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {budget}")
+
+
 class _State:
     __slots__ = ("bytes", "key", "nodes", "root", "streams", "task")
 
@@ -148,8 +153,7 @@ class TreeCache(DraftSourceBase):
         Raises:
             ValueError: ``budget`` is negative.
         """
-        if budget < 0:
-            raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {budget}")
+        _check_budget(budget)
         gen = generated if isinstance(generated, list) else list(generated)
         with self._lock:
             found = self._draft_roots(state_key, task_id, gen) if budget else _NOTHING
@@ -160,36 +164,39 @@ class TreeCache(DraftSourceBase):
 
         A query whose stream is in flight here and has reported exactly ``generated`` drafts from
         the stream's cursor (O(1) for the exact tree, however long the generation); any other
-        query is served as :meth:`draft` serves it.
+        query is served as :meth:`draft` serves it. Fallbacks are searched afresh: keeping each
+        stream's last suffix match and advancing it with the committed tokens was measured on
+        real traces (``benchmarks/draft_replay.py``) and dropped, as the match fell off within a
+        few tokens of sampled text (77% of calls searched anyway) and the places it kept were
+        weaker than a fresh search's longest matches (tokens per forward 3.05 vs 3.06 on
+        Calculator, 1.50 vs 1.53 on Retail), for no saving per call.
 
         Raises:
             ValueError: A budget is negative.
         """
-        if any(q.budget < 0 for q in queries):
-            bad = min(q.budget for q in queries)
-            raise ValueError(f"draft budget must be >= 0 (0 asks for no draft), got {bad}")
+        for q in queries:
+            _check_budget(q.budget)
         out: list[DraftTree] = []
         with self._lock:
             for q in queries:
                 gen = q.generated if isinstance(q.generated, list) else list(q.generated)
-                if not q.budget:
-                    found = _NOTHING
-                else:
-                    stream = self._streams.get(q.stream_id)
-                    tokens = stream.tokens if stream is not None else None
-                    if (
-                        stream is not None
-                        and tokens is not None
-                        and stream.state is not None
-                        and stream.key == q.state_key
-                        and len(tokens) == len(gen)
-                        and (not gen or tokens[-1] == gen[-1])
-                    ):
-                        found = self._cursor_roots(stream, q.task_id, gen)
-                    else:
-                        found = self._draft_roots(q.state_key, q.task_id, gen)
+                found = (
+                    self._draft_roots(q.state_key, q.task_id, gen, self._cursor(q, gen))
+                    if q.budget
+                    else _NOTHING
+                )
                 out.append(self._select(found, q.budget))
         return out
+
+    def _cursor(self, q: DraftQuery, gen: list[int]) -> Node | None:
+        """Where ``q``'s stream stands in its state's tree, if it has reported exactly ``gen``."""
+        stream = self._streams.get(q.stream_id)
+        if stream is None or stream.node is None or stream.key != q.state_key:
+            return None
+        tokens = stream.tokens
+        if len(tokens) != len(gen) or (gen and tokens[-1] != gen[-1]):
+            return None
+        return stream.node
 
     def _select(self, found: tuple[list[Node], DraftSource, bool], budget: int) -> DraftTree:
         """The best-first draft below the found roots (counted by source)."""
@@ -446,32 +453,20 @@ class TreeCache(DraftSourceBase):
             raise CacheIntegrityError(f"tree cache is inconsistent:\n  {shown}{more}")
 
     # ------------------------------------------------------------------ internals
-    def _draft_roots(self, key: str, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource, bool]:
-        """The nodes to draft from, their source, and whether they matched only the back-off suffix."""
+    def _draft_roots(
+        self, key: str, task_id: str, gen: list[int], cursor: Node | None = None
+    ) -> tuple[list[Node], DraftSource, bool]:
+        """The nodes to draft from, their source, and whether they matched only the back-off suffix.
+
+        ``cursor``: the node ``gen`` leads to in the state's tree, when the caller knows it (a
+        stream's cursor); otherwise the tree is walked from its root.
+        """
         state = self._states.get(key)
         if state is not None:
             self._states.move_to_end(key)
-            node = self._locate(state, gen)
+            node = cursor if cursor is not None else self._locate(state, gen)
             if node is not None and node.kids is not None:
                 return [node], "exact", False
-        return self._suffix_roots(task_id, gen)
-
-    def _cursor_roots(
-        self, stream: _Stream, task_id: str, gen: list[int]
-    ) -> tuple[list[Node], DraftSource, bool]:
-        """:meth:`_draft_roots` for a stream standing at the end of ``gen``: from its cursor.
-
-        Fallbacks are searched afresh. Keeping the last suffix match per stream and advancing it
-        with the committed tokens was measured on real traces (``benchmarks/draft_replay.py``) and
-        dropped: the match fell off within a few tokens of sampled text (77% of calls searched
-        anyway), and the places it kept were weaker than a fresh search's longest matches (tokens
-        per forward 3.05 vs 3.06 on Calculator, 1.50 vs 1.53 on Retail), for no saving per call.
-        """
-        state, node = stream.state, stream.node
-        assert state is not None and node is not None
-        self._states.move_to_end(state.key)
-        if node.kids is not None:
-            return [node], "exact", False
         return self._suffix_roots(task_id, gen)
 
     def _suffix_roots(self, task_id: str, gen: list[int]) -> tuple[list[Node], DraftSource, bool]:
