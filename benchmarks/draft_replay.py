@@ -31,6 +31,7 @@ drifts). JSON keys (``--json``, one flat object): ``{mode}_{env}_{figure}`` with
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from collections import Counter, defaultdict
@@ -62,12 +63,34 @@ def accepted_path(draft: DraftTree, text: Sequence[int]) -> int:
 Turn = tuple[str, str, str, list[int]]  # (env name, state key, task id, generated tokens)
 
 
-def read_turns(path: Path) -> list[Turn]:
-    """The generated turns of an ``srt-trace/1`` file, in file order, env ids shortened."""
-    return [
-        (t.env_id.split("/")[-1].split("-")[0], t.state_key, t.task_id, list(t.token_ids))
-        for t in iter_trace(path)
-    ]
+def read_turns(path: Path, key: str = "state") -> list[Turn]:
+    """The generated turns of an ``srt-trace/1`` file, in file order, env ids shortened.
+
+    ``key``: ``state`` files each turn under its exact prompt's key (the trace's ``state_key``);
+    ``env`` under its environment state's (:func:`env_state_key` of the task and every prompt
+    token the policy did not generate, i.e. each turn's ``new_prompt_ids`` so far).
+    """
+    out: list[Turn] = []
+    env_key = ""
+    for t in iter_trace(path):
+        if key == "env":
+            env_key = env_state_key(env_key if t.turn else "", t.new_prompt_ids)
+        env = t.env_id.split("/")[-1].split("-")[0]
+        out.append((env, env_key or t.state_key, t.task_id, list(t.token_ids)))
+    return out
+
+
+def env_state_key(previous: str, new_prompt_ids: Sequence[int]) -> str:
+    """Key of an environment state: what the environment said so far, not how the policy said it.
+
+    Chained over an episode's turns from ``previous`` (the previous turn's key, ``""`` on the
+    first turn, whose key is then the exact prompt's): turns that reached the same observations
+    through differently worded actions share it.
+    """
+    h = hashlib.blake2b(previous.encode(), digest_size=16)
+    for t in new_prompt_ids:
+        h.update(int(t).to_bytes(4, "little", signed=False))
+    return h.hexdigest()
 
 
 def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -> dict[str, Counter[str]]:
@@ -141,6 +164,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="replays per mode, interleaved; timings are the fastest"
     )
+    parser.add_argument(
+        "--key", choices=("state", "env"), default="state", help="what a tree is keyed by (see read_turns)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",")]
@@ -150,7 +176,7 @@ def main() -> None:
     if "cursor" in modes and DraftQuery is None:
         parser.error("this srt_agent has no batched drafting (draft_many): use --modes search")
     config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window)
-    turns = read_turns(args.trace)
+    turns = read_turns(args.trace, args.key)
     record: dict[str, float | int] = {
         "budget": args.budget,
         "window": args.window,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from srt_agent.spec.prefix_tree import SENTINEL, Node, container_bytes
+from srt_agent.spec.prefix_tree import DICT_ENTRY_BYTES, SENTINEL, SMALL_DICT_BYTES, Node, container_bytes
 
 INDEX_KEY_BYTES = 56
 """One key of an index: its slot in a large dict (~48 amortised) and a share of the key (an int,
@@ -61,6 +61,9 @@ def path_keys(path: Sequence[int], windows: Sequence[int]) -> list[int]:
     with the stream's whole path at hand.
     """
     n = len(path)
+    if len(windows) == 1:  # the default; this runs for every new node, so no comprehension
+        w = windows[0]
+        return [hash(tuple(path[n - w :])) if n >= w else hash((SENTINEL, *path))]
     return [hash(tuple(path[n - w :])) if n >= w else hash((SENTINEL, *path)) for w in windows]
 
 
@@ -104,16 +107,18 @@ class SuffixIndex:
 
     def add(self, key: int, node: Node) -> int:
         """File ``node`` (created after every node filed so far) under ``key``; returns bytes added."""
-        entry = self._entries.get(key)
+        # Called for every new node of every stream (the cache's upkeep): branches, not helpers.
+        entries = self._entries
+        entry = entries.get(key)
         if entry is None:
-            self._entries[key] = node
+            entries[key] = node
             grown = INDEX_KEY_BYTES
-        elif isinstance(entry, Node):
-            self._entries[key] = {entry: None, node: None}
-            grown = container_bytes(2)
+        elif type(entry) is Node:
+            entries[key] = {entry: None, node: None}
+            grown = SMALL_DICT_BYTES  # container_bytes(2)
         else:
-            entry[node] = None
-            grown = container_bytes(len(entry)) - container_bytes(len(entry) - 1)
+            entry[node] = None  # type: ignore[index]
+            grown = DICT_ENTRY_BYTES if len(entry) > 5 else 0  # container_bytes(n) - container_bytes(n - 1)
         self.nodes += 1
         self.bytes += grown
         return grown

@@ -74,11 +74,12 @@ def _check_budget(budget: int) -> None:
 
 
 class _State:
-    __slots__ = ("bytes", "key", "nodes", "root", "streams", "task")
+    __slots__ = ("bytes", "index", "key", "nodes", "root", "streams", "task")
 
-    def __init__(self, key: str, task: str, root: Node) -> None:
+    def __init__(self, key: str, task: str, root: Node, index: list[SuffixIndex] | None) -> None:
         self.key = key
         self.task = task
+        self.index = index  # the task's suffix indexes (None without a task); they outlive the state
         self.root = root
         self.nodes = 1
         self.bytes = STATE_BYTES + NODE_BYTES  # the tree's nodes and child dicts; index bytes are apart
@@ -531,15 +532,15 @@ class TreeCache(DraftSourceBase):
 
     def _adopt(self, key: str, task: str, root: Node) -> _State:
         """Hold a new state with the tree under ``root`` (not indexed yet) as most recently used."""
-        state = _State(key, task, root)
+        if task and task not in self._tasks:
+            self._tasks[task] = [SuffixIndex() for _ in self._windows]
+            self._bytes += TASK_BYTES * len(self._windows)
+        state = _State(key, task, root, self._tasks[task] if task else None)
         state.nodes, tree = tree_bytes(root)
         state.bytes = STATE_BYTES + tree
         self._states[key] = state
         self._bytes += state.bytes
         self._nodes += state.nodes
-        if task and task not in self._tasks:
-            self._tasks[task] = [SuffixIndex() for _ in self._windows]
-            self._bytes += TASK_BYTES * len(self._windows)
         return state
 
     def _start_stream(self, stream_id: str, key: str, task: str, live: bool) -> _Stream:
@@ -570,11 +571,17 @@ class TreeCache(DraftSourceBase):
 
     def _index(self, state: _State, node: Node, keys: list[int] | None = None) -> None:
         # Index bytes are the indexes' own (a key's container is shared by nodes of many states).
-        task = self._tasks[state.task] if state.task else None
-        for i, key in enumerate(node_keys(node, self._windows) if keys is None else keys):
-            self._bytes += self._global[i].add(key, node)
+        # This runs for every new node (most sampled tokens are new): no enumerate, no lookups.
+        if keys is None:
+            keys = node_keys(node, self._windows)
+        grown = 0
+        task = state.index
+        for i in range(len(keys)):
+            key = keys[i]
+            grown += self._global[i].add(key, node)
             if task is not None:
-                self._bytes += task[i].add(key, node)
+                grown += task[i].add(key, node)
+        self._bytes += grown
 
     def _enforce_budget(self) -> None:
         while self._bytes > self.config.byte_budget and self._states:
