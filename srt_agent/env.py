@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from srt_agent.messages import Message, assistant, format_transcript
 from srt_agent.spaces import AnyText, MessagesSpace
-from srt_agent.tool_parser import ParsedTurn, parse_tool_calls
+from srt_agent.tool_parser import MalformedCall, ParsedTurn, parse_tool_calls
 from srt_agent.toolset import ToolResult, ToolSet
 
 if TYPE_CHECKING:
@@ -44,7 +44,15 @@ class EnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_turns: int = Field(16, ge=1, le=1000, description="Assistant turns before the episode is truncated.")
-    max_action_chars: int = Field(32_000, ge=1, description="Longest assistant turn accepted, in characters.")
+    max_action_chars: int = Field(
+        32_000,
+        ge=1,
+        description="Longest assistant turn accepted, in characters; a longer one runs nothing and gets an "
+        "error message back.",
+    )
+    max_tool_calls: int = Field(
+        16, ge=1, le=1000, description="Tool calls of one turn that run; later ones get an error back."
+    )
 
 
 class EnvConfigError(ValueError):
@@ -126,6 +134,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         self.observation_space = MessagesSpace()
         self.action_space = AnyText(max_length=self.config.max_action_chars)
         self.tools: ToolSet = self.build_tools()
+        self.tools.max_calls_per_turn = self.config.max_tool_calls
         self._transcript: list[Message] = []
         self._turn = 0
         self._done = True
@@ -211,6 +220,14 @@ class MultiTurnEnv(gym.Env[Observation, str]):
             raise TypeError(f"action must be the assistant's text (str), got {type(action).__name__}")
         self._turn += 1
         self._transcript.append(assistant(action))
+        limit = self.config.max_action_chars
+        if len(action) > limit:  # not parsed, nothing run: the model is told why, and the episode goes on
+            reason = (
+                f"the message is {len(action)} characters, over this environment's limit of {limit}; "
+                "nothing in it was run"
+            )
+            bad = MalformedCall(id=f"t{self._turn}_call_0", raw=action[:200], reason=reason)
+            return ParsedTurn(text="", errors=(bad,))
         return parse_tool_calls(action, id_prefix=f"t{self._turn}_")
 
     def _finish_step(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable
@@ -86,15 +87,22 @@ class Tool:
             arguments: The ``arguments`` object of a parsed call.
 
         Returns:
-            Keyword arguments for the function, coerced to the annotated types.
+            Keyword arguments for the function, of the annotated types (validated strictly: JSON
+            types must match; an integer is accepted for a float, an array for a tuple).
 
         Raises:
             ToolArgumentsError: With one line per problem, naming the argument and the expected type.
         """
         if not isinstance(arguments, dict):
             raise ToolArgumentsError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        # Strict JSON-mode validation: types as JSON has them, nothing coerced ("5", true and 5.0 are
+        # not integers, "yes" is not a boolean); a JSON array still fills a tuple, an integer a float.
         try:
-            model = self.args_model.model_validate(arguments)
+            text = json.dumps(arguments, allow_nan=False)
+        except (ValueError, RecursionError) as exc:
+            raise ToolArgumentsError(f"invalid arguments for '{self.name}': not plain JSON ({exc})") from None
+        try:
+            model = self.args_model.model_validate_json(text, strict=True)
         except ValidationError as exc:
             raise ToolArgumentsError(_describe_validation_error(self.name, exc)) from None
         return {k: getattr(model, k) for k in type(model).model_fields}

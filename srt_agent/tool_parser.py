@@ -115,6 +115,8 @@ def _decode(body: str) -> tuple[str, dict[str, Any]] | str:
         obj, end = json.JSONDecoder().raw_decode(src)
     except json.JSONDecodeError as exc:
         return f"invalid JSON ({exc.msg} at character {exc.pos}); expected {CALL_FORMAT_HINT}"
+    except RecursionError:  # a few KB of nested brackets exhaust the decoder's recursion
+        return f"the JSON is nested too deeply to decode; expected {CALL_FORMAT_HINT}"
     if src[end:].strip():
         return f"unexpected text after the JSON object: {src[end:].strip()[:40]!r}"
     if not isinstance(obj, dict):
@@ -127,7 +129,7 @@ def _decode(body: str) -> tuple[str, dict[str, Any]] | str:
         # Some models JSON-encode the arguments a second time (OpenAI's wire format does).
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return f'"arguments" is a string that is not a JSON object: {args[:40]!r}'
     if args is None:
         args = {}

@@ -12,7 +12,10 @@ comes from running many episodes at once, not from reordering one turn's calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import ctypes
+import functools
 import json
 import threading
 import time
@@ -25,7 +28,23 @@ from srt_agent.messages import Message, tool_result
 from srt_agent.tool import Tool, ToolArgumentsError
 from srt_agent.tool_parser import MalformedCall, ParsedTurn, ToolCall
 
-ErrorKind = Literal["malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout"]
+ErrorKind = Literal[
+    "malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout", "too_many_calls"
+]
+
+TOOL_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+"""What a tool may raise and still only fail its own call: ``SystemExit`` and ``KeyboardInterrupt``
+raised by a tool's code are its failures, not the process's (a real Ctrl-C reaches the rollout as
+the cancellation of its task, which is never caught here)."""
+
+
+def describe_fault(exc: BaseException) -> str:
+    """``"<Type>: <message>"`` of an exception, even one whose ``__str__`` raises."""
+    try:
+        text = str(exc)
+    except TOOL_FAULTS:
+        text = "<the exception's message could not be printed>"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class ToolResult(BaseModel):
@@ -61,13 +80,29 @@ class _Timeout(Exception):
     pass
 
 
+def _stop_thread(thread: threading.Thread) -> None:
+    """Ask an abandoned tool thread to stop: raise ``SystemExit`` in it at its next bytecode.
+
+    A Python thread cannot be killed, but the interpreter can raise an exception in it. A tool
+    spinning in Python code (a loop) stops at once; one blocked inside a single C call (a big
+    integer power, a sleep) stops when that call returns. Without this, timed-out tools go on
+    using the CPU (four spinning ones made the process several times slower).
+    """
+    ident = thread.ident
+    if ident is None or not thread.is_alive():
+        return
+    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
+    if hit > 1:  # cannot happen for one live thread id; undo rather than hit another thread
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+
+
 def _run_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
     """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds.
 
-    A daemon thread, not an executor: a Python thread cannot be killed, and an executor's worker
-    stuck in a hung tool would block interpreter exit (executors join their threads at exit).
-    A hung daemon thread is abandoned; tools that can truly hang (code execution) should run
-    their work in a subprocess they kill themselves.
+    A daemon thread, not an executor: an executor's worker stuck in a hung tool would block
+    interpreter exit (executors join their threads at exit). A thread still running at the
+    timeout is abandoned and asked to stop (:func:`_stop_thread`); tools that can truly hang (code
+    execution) should run their work in a subprocess they kill themselves.
     """
     box: dict[str, Any] = {}
 
@@ -81,6 +116,7 @@ def _run_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
     t.start()
     t.join(timeout)
     if t.is_alive():
+        _stop_thread(t)
         raise _Timeout
     if "error" in box:
         raise box["error"]
@@ -104,15 +140,30 @@ async def _await_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
         try:
             value = fn()
         except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
-            loop.call_soon_threadsafe(settle, None, exc)
+            error: BaseException | None = exc
+            value = None
         else:
-            loop.call_soon_threadsafe(settle, value, None)
+            error = None
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=target, daemon=True, name="srt-tool").start()
+    thread = threading.Thread(target=target, daemon=True, name="srt-tool")
+    thread.start()
     try:
-        return await asyncio.wait_for(fut, timeout)
+        return await asyncio.wait_for(fut, timeout)  # a timeout cancels fut: settle() ignores it then
     except asyncio.TimeoutError:
+        _stop_thread(thread)
         raise _Timeout from None
+
+
+def _run_coroutine(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run an async tool to completion on an event loop of its own (in the calling thread).
+
+    Async tools run in their own thread and loop, never on the rollout's loop: a tool that blocks
+    (``time.sleep``) or swallows its cancellation would otherwise stall every episode, and no
+    timeout could take the loop back from it.
+    """
+    return asyncio.run(fn(**kwargs))
 
 
 def render_output(value: Any, max_chars: int) -> str:
@@ -141,9 +192,13 @@ class ToolSet:
         tools: The tools; names must be unique.
         max_output_chars: Tool output longer than this is truncated (with a note) before the model
             sees it, so one verbose tool cannot blow the context.
+        max_calls_per_turn: Calls of one turn that run; later ones get a ``too_many_calls`` error
+            without running, so one turn cannot occupy the env for calls x timeout seconds.
     """
 
-    def __init__(self, tools: Iterable[Tool] = (), *, max_output_chars: int = 4000):
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, max_output_chars: int = 4000, max_calls_per_turn: int = 16
+    ):
         self._tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self._tools:
@@ -151,7 +206,10 @@ class ToolSet:
             self._tools[t.name] = t
         if max_output_chars < 16:
             raise ValueError(f"max_output_chars must be >= 16, got {max_output_chars}")
+        if max_calls_per_turn < 1:
+            raise ValueError(f"max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
         self.max_output_chars = max_output_chars
+        self.max_calls_per_turn = max_calls_per_turn
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -193,19 +251,21 @@ class ToolSet:
             return self._error(call.id, call.name, "invalid_arguments", str(exc), t0)
 
     def _finish(self, call: ToolCall, value: Any, t0: float) -> ToolResult:
-        return ToolResult(
-            call_id=call.id,
-            name=call.name,
-            content=render_output(value, self.max_output_chars),
-            elapsed_s=time.perf_counter() - t0,
-        )
+        try:
+            content = render_output(value, self.max_output_chars)
+        except TOOL_FAULTS as exc:  # a result whose __str__ (or JSON hook) raises
+            what = type(value).__name__
+            reason = f"the tool returned a {what} that could not be shown as text ({describe_fault(exc)})"
+            return self._error(call.id, call.name, "error", reason, t0)
+        elapsed = time.perf_counter() - t0
+        return ToolResult(call_id=call.id, name=call.name, content=content, elapsed_s=elapsed)
 
     def _failure(self, call: ToolCall, t: Tool, exc: BaseException, t0: float) -> ToolResult:
         if isinstance(exc, _Timeout):
             return self._error(
                 call.id, call.name, "timeout", f"tool {t.name!r} did not finish within {t.timeout:g} s", t0
             )
-        return self._error(call.id, call.name, "error", f"{type(exc).__name__}: {exc}", t0)
+        return self._error(call.id, call.name, "error", describe_fault(exc), t0)
 
     def call(self, call: ToolCall) -> ToolResult:
         """Execute one call synchronously (with its tool's timeout)."""
@@ -214,13 +274,9 @@ class ToolSet:
         if isinstance(prepared, ToolResult):
             return prepared
         t, kwargs = prepared
-        if t.is_async:
-            thunk: Callable[[], Any] = lambda: asyncio.run(t.fn(**kwargs))  # noqa: E731
-        else:
-            thunk = lambda: t.fn(**kwargs)  # noqa: E731
         try:
-            value = _run_in_daemon_thread(thunk, t.timeout)
-        except Exception as exc:  # noqa: BLE001 - every tool failure becomes a message
+            value = _run_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+        except TOOL_FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
 
@@ -232,19 +288,28 @@ class ToolSet:
             return prepared
         t, kwargs = prepared
         try:
-            if t.is_async:
-                try:
-                    value = await asyncio.wait_for(t.fn(**kwargs), t.timeout)
-                except asyncio.TimeoutError:
-                    raise _Timeout from None
-            else:
-                value = await _await_in_daemon_thread(lambda: t.fn(**kwargs), t.timeout)
-        except Exception as exc:  # noqa: BLE001 - every tool failure becomes a message
+            value = await _await_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+        except TOOL_FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
 
+    @staticmethod
+    def _thunk(t: Tool, kwargs: dict[str, Any]) -> Callable[[], Any]:
+        """The call to run in a tool thread (an async tool gets an event loop of its own there)."""
+        if t.is_async:
+            return functools.partial(_run_coroutine, t.fn, kwargs)
+        return functools.partial(t.fn, **kwargs)
+
     def _malformed(self, err: MalformedCall) -> ToolResult:
         return self._error(err.id, "invalid", "malformed_call", err.reason, time.perf_counter())
+
+    def _over_cap(self, call: ToolCall | MalformedCall, n: int) -> ToolResult:
+        name = call.name if isinstance(call, ToolCall) else "invalid"
+        reason = (
+            f"this turn made {n} tool calls and at most {self.max_calls_per_turn} run per turn, so this "
+            "one did not run; make fewer calls per turn"
+        )
+        return self._error(call.id, name, "too_many_calls", reason, time.perf_counter())
 
     def _ordered(self, turn: ParsedTurn) -> list[ToolCall | MalformedCall]:
         def index(c: ToolCall | MalformedCall) -> int:
@@ -253,12 +318,27 @@ class ToolSet:
         return sorted([*turn.calls, *turn.errors], key=index)
 
     def execute(self, turn: ParsedTurn) -> list[ToolResult]:
-        """Execute every call of a turn in order; malformed blocks yield error results in place."""
-        return [self.call(c) if isinstance(c, ToolCall) else self._malformed(c) for c in self._ordered(turn)]
+        """Execute every call of a turn in order; malformed blocks yield error results in place.
+
+        Calls past :attr:`max_calls_per_turn` do not run (each gets a ``too_many_calls`` error).
+        """
+        calls = self._ordered(turn)
+        return [
+            self._over_cap(c, len(calls))
+            if i >= self.max_calls_per_turn
+            else self.call(c)
+            if isinstance(c, ToolCall)
+            else self._malformed(c)
+            for i, c in enumerate(calls)
+        ]
 
     async def aexecute(self, turn: ParsedTurn) -> list[ToolResult]:
         """Async :meth:`execute`."""
+        calls = self._ordered(turn)
         out = []
-        for c in self._ordered(turn):
-            out.append(await self.acall(c) if isinstance(c, ToolCall) else self._malformed(c))
+        for i, c in enumerate(calls):
+            if i >= self.max_calls_per_turn:
+                out.append(self._over_cap(c, len(calls)))
+            else:
+                out.append(await self.acall(c) if isinstance(c, ToolCall) else self._malformed(c))
         return out

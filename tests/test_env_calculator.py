@@ -239,3 +239,27 @@ def test_bad_reset_options_are_rejected() -> None:
         env.reset(seed=0, options={"family": "chess"})
     with pytest.raises(ValueError, match="n_steps must be from 2 to 5"):
         env.reset(seed=0, options={"steps": 9})
+
+
+def test_oversized_actions_and_huge_powers_cost_nothing() -> None:
+    import time
+
+    from srt_agent.registration import make
+    from srt_agent.tool_parser import format_tool_call
+
+    env = make("srt/Calculator-v0", max_action_chars=300)
+    env.reset(seed=0)
+    obs, reward, terminated, _, _ = env.step(
+        "x" * 400 + format_tool_call("calculator", {"expression": "1+1"})
+    )
+    assert not terminated and reward == 0.0
+    assert "481 characters, over this environment's limit of 300" in obs[0].content
+    env.close()
+    env = make("srt/Calculator-v0")
+    env.reset(seed=0)
+    powers = [f"{b}**{e}" for b, e in [("99999", 1000), ("(10**999)", 999), ("2", 1000), ("7", 999)]] * 2
+    t0 = time.perf_counter()
+    obs, *_ = env.step("".join(format_tool_call("calculator", {"expression": p}) for p in powers))
+    assert time.perf_counter() - t0 < 2  # each refused before computing (it took seconds each)
+    assert sum("too large" in m.content for m in obs) == 4  # 2**1000 and 7**999 are fine
+    env.close()

@@ -29,13 +29,16 @@ def test_schema_from_signature_and_docstring() -> None:
     assert fn["parameters"]["additionalProperties"] is False
 
 
-def test_validation_coerces_and_reports() -> None:
+def test_validation_is_strict_and_reports() -> None:
     @tool
     def add(a: int, b: int) -> int:
         """Add."""
         return a + b
 
-    assert add.validate({"a": "2", "b": 3}) == {"a": 2, "b": 3}
+    assert add.validate({"a": 2, "b": 3}) == {"a": 2, "b": 3}
+    for bad in ("2", True, 2.0, None):  # JSON types must match: nothing is coerced into an integer
+        with pytest.raises(ToolArgumentsError, match="argument 'a'"):
+            add.validate({"a": bad, "b": 3})
     with pytest.raises(ToolArgumentsError) as info:
         add.validate({"a": "two", "c": 1})
     msg = str(info.value)
@@ -81,3 +84,23 @@ def test_definition_errors_are_clear() -> None:
         @tool(timeout=0)
         def k() -> None:
             """Doc."""
+
+
+def test_strict_validation_keeps_what_json_cannot_say_otherwise() -> None:
+    @tool
+    def shape(scale: float, size: tuple[int, int], flag: bool = False, tags: list[str] | None = None) -> str:
+        """Shape."""
+        return ""
+
+    # An integer is a valid float, a JSON array fills a tuple; a string is not a boolean.
+    assert shape.validate({"scale": 2, "size": [1, 2]}) == {
+        "scale": 2.0,
+        "size": (1, 2),
+        "flag": False,
+        "tags": None,
+    }
+    for bad in ({"flag": "yes"}, {"flag": 1}, {"scale": "2.5"}, {"tags": "a"}):
+        with pytest.raises(ToolArgumentsError):
+            shape.validate({"scale": 1.0, "size": [1, 2], **bad})
+    with pytest.raises(ToolArgumentsError, match="not plain JSON"):
+        shape.validate({"scale": float("nan"), "size": [1, 2]})

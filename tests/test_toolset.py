@@ -119,3 +119,84 @@ def test_schemas_are_fresh_copies() -> None:
     a, b = TOOLS.schemas(), TOOLS.schemas()
     a[0]["function"]["name"] = "changed"
     assert b[0]["function"]["name"] == "hang" and TOOLS.schemas()[0]["function"]["name"] == "hang"
+
+
+@tool(timeout=0.3)
+async def sleepy(seconds: float) -> str:
+    """An async tool that blocks its event loop (time.sleep)."""
+    time.sleep(seconds)
+    return "slept"
+
+
+@tool(timeout=0.3)
+async def stubborn(seconds: float) -> str:
+    """An async tool that swallows its cancellation."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            continue
+    return "done"
+
+
+@tool(timeout=0.3)
+def spin(seconds: float) -> str:
+    """Busy-loop in Python code."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return "spun"
+
+
+ROGUES = ToolSet([sleepy, stubborn, spin, double], max_calls_per_turn=4)
+
+
+@pytest.mark.parametrize("name", ["sleepy", "stubborn"])
+def test_async_tool_timeouts_hold_whatever_the_tool_does(name: str) -> None:
+    async def main() -> tuple[str | None, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            for _ in range(10):
+                await asyncio.sleep(0.02)
+                ticks += 1
+
+        parsed = parse_tool_calls(format_tool_call(name, {"seconds": 20}))
+        results, _ = await asyncio.gather(ROGUES.aexecute(parsed), ticker())
+        return results[0].error, ticks
+
+    t0 = time.perf_counter()
+    error, ticks = asyncio.run(main())
+    assert error == "timeout" and ticks == 10  # the rollout's loop never stalled
+    assert time.perf_counter() - t0 < 5  # not the tool's 20 s
+
+
+def test_a_timed_out_tool_spinning_in_python_is_stopped() -> None:
+    def spinning() -> int:
+        return sum(t.name == "srt-tool" and t.is_alive() for t in threading.enumerate())
+
+    before = spinning()
+    [result] = ROGUES.execute(parse_tool_calls(format_tool_call("spin", {"seconds": 60})))
+    assert result.error == "timeout"
+    deadline = time.perf_counter() + 5
+    while spinning() > before and time.perf_counter() < deadline:
+        time.sleep(0.02)
+    assert spinning() == before  # asked to stop at the timeout, it did (not 60 s later)
+
+
+def test_calls_past_the_per_turn_cap_do_not_run() -> None:
+    text = "".join(format_tool_call("double", {"x": i}) for i in range(6))
+    out = [(r.error, r.content) for r in ROGUES.execute(parse_tool_calls(text))]
+    assert [e for e, _ in out] == [None] * 4 + ["too_many_calls"] * 2
+    assert "this turn made 6 tool calls and at most 4 run per turn" in out[4][1]
+
+
+def test_deeply_nested_json_is_a_malformed_call_not_a_crash() -> None:
+    body = '{"name": "double", "arguments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}"
+    [call] = parse_tool_calls(f"<tool_call>{body}</tool_call>").errors
+    assert "nested too deeply" in call.reason
+    nested = '{"name": "double", "arguments": "' + "[" * 5000 + "]" * 5000 + '"}'
+    [call] = parse_tool_calls(f"<tool_call>{nested}</tool_call>").errors
+    assert "not a JSON object" in call.reason

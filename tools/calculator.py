@@ -50,6 +50,11 @@ def _pow(a: Number, b: Number) -> Number:
         raise CalculatorError(f"exponent {b} too large (limit {MAX_EXPONENT})")
     if a == 0 and b < 0:
         raise CalculatorError("division by zero (0 to a negative power)")
+    # Bound the result before computing it: a big power is one C call that holds the interpreter
+    # lock for as long as it runs, past any timeout (a thread cannot be interrupted inside it).
+    bits = max(abs(a.numerator), a.denominator).bit_length() - 1
+    if bits * abs(int(b)) > MAX_DIGITS * 3.33:
+        raise CalculatorError(f"result too large (over {MAX_DIGITS} digits)")
     return _check_size(a ** int(b))
 
 

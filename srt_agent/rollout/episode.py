@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec
 
 import gymnasium as gym
@@ -37,10 +39,83 @@ class _EpisodeEnd(Exception):
         self.reason = reason
 
 
+_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+"""What an env (or a tool inside it) may raise and fail only its own episode. ``SystemExit`` and
+``KeyboardInterrupt`` from env code are its failures, not the process's: a real Ctrl-C reaches a
+rollout as the cancellation of its tasks, which is never caught here."""
+
+
+class EnvContractError(TypeError):
+    """An env returned something the multi-turn env contract does not allow (the message says what)."""
+
+
 def _describe(exc: BaseException) -> str:
     """``"<Type>: <first line of the message>"``; the full message and traceback go to the log."""
-    first = str(exc).strip().split("\n", 1)[0]
+    try:
+        first = str(exc).strip().split("\n", 1)[0]
+    except _FAULTS:  # an exception whose __str__ raises
+        first = "<message could not be printed>"
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _shown(value: Any) -> str:
+    """A short, safe rendering of a bad value for an error message."""
+    try:
+        text = repr(value)
+    except _FAULTS:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_observation(obs: Any, where: str) -> tuple[Message, ...]:
+    """``obs`` as a tuple of messages, or :class:`EnvContractError` naming what is wrong."""
+    if isinstance(obs, str | bytes) or not isinstance(obs, Sequence):
+        raise EnvContractError(
+            f"{where} returned observation {_shown(obs)} ({type(obs).__name__}); expected a tuple of Message"
+        )
+    for i, m in enumerate(obs):
+        if not isinstance(m, Message):
+            raise EnvContractError(
+                f"{where} returned an observation whose item {i} is {_shown(m)} ({type(m).__name__}); "
+                "expected Message objects (srt_agent.messages)"
+            )
+    return tuple(obs)
+
+
+def check_info(info: Any, where: str) -> dict[str, Any]:
+    """``info`` as a dict, or :class:`EnvContractError`."""
+    if not isinstance(info, Mapping):
+        what = type(info).__name__
+        raise EnvContractError(f"{where} returned info {_shown(info)} ({what}); expected a dict")
+    return dict(info)
+
+
+def check_reward(reward: Any) -> float:
+    """``reward`` as a finite float, or :class:`EnvContractError`."""
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        raise EnvContractError(
+            f"step returned reward {_shown(reward)} ({type(reward).__name__}); expected a real number"
+        )
+    value = float(reward)
+    if not math.isfinite(value):
+        raise EnvContractError(f"step returned reward {value}; expected a finite number")
+    return value
+
+
+def check_step(result: Any) -> tuple[tuple[Message, ...], float, bool, bool, dict[str, Any]]:
+    """A step's ``(obs, reward, terminated, truncated, info)``, checked; :class:`EnvContractError` if bad."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise EnvContractError(
+            f"step returned {_shown(result)}; expected (observation, reward, terminated, truncated, info)"
+        )
+    obs, reward, terminated, truncated, info = result
+    return (
+        check_observation(obs, "step"),
+        check_reward(reward),
+        bool(terminated),
+        bool(truncated),
+        check_info(info, "step"),
+    )
 
 
 class EpisodeHooks:
@@ -126,6 +201,9 @@ class EpisodeRunner:
                 logger.warning("episode %s failed: %s", self.spec.episode_id, reason, exc_info=end.__cause__)
             else:
                 logger.debug("episode %s truncated: %s", self.spec.episode_id, reason)
+        except _FAULTS as exc:  # a fault no step above contained (a bug): still this episode's alone
+            status, reason = "failed", f"internal error: {_describe(exc)}"
+            logger.error("episode %s failed: %s", self.spec.episode_id, reason, exc_info=True)
         finally:
             self.hooks.episode_finished(self)
             await self._close()
@@ -160,18 +238,21 @@ class EpisodeRunner:
         try:
             self.env = env = await asyncio.to_thread(make, spec.env_id, **dict(spec.env_options))
             where = "reset"
-            obs, info = await asyncio.to_thread(
+            result = await asyncio.to_thread(
                 env.reset,
                 seed=spec.seed,
                 options=None if spec.reset_options is None else dict(spec.reset_options),
             )
-        except Exception as exc:  # contained: this episode fails, the others go on
+            if not isinstance(result, tuple) or len(result) != 2:
+                raise EnvContractError(f"reset returned {_shown(result)}; expected (observation, info)")
+            opening, info = check_observation(result[0], "reset"), check_info(result[1], "reset")
+        except _FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in {where}") from exc
         finally:
             self.env_s += time.perf_counter() - t
-        self.info = dict(info)
+        self.info = info
         self.task_id = str(info.get("task_id", ""))
-        self.opening = tuple(obs)
+        self.opening = opening
         return self.opening, list(info.get("tools") or ())
 
     def _render(
@@ -239,24 +320,26 @@ class EpisodeRunner:
         assert self.env is not None
         t = time.perf_counter()
         self.hooks.step_started(self, transcript, action)
-        obs: Sequence[Message] = ()
+        obs: tuple[Message, ...] = ()
         try:
-            obs, reward, terminated, truncated, info = await async_step(self.env, action)
-        except Exception as exc:  # contained: this episode fails, the others go on
+            obs, reward, terminated, truncated, info = check_step(await async_step(self.env, action))
+        except _FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in step") from exc
         finally:
             self.env_s += time.perf_counter() - t
-            self.hooks.step_finished(self, action, tuple(obs))
+            self.hooks.step_finished(self, action, obs)
         # The step's reward is credited to the turn whose action caused it (the last one).
-        self.rewards.append(float(reward))
-        self.terminated, self.truncated, self.info = bool(terminated), bool(truncated), dict(info)
-        self.tool_calls += int(info.get("tool_calls", 0) or 0)
-        errors = info.get("tool_errors") or ()
-        self.tool_errors += errors if isinstance(errors, int) else len(errors)
-        obs_t = tuple(obs)
+        self.rewards.append(reward)
+        self.terminated, self.truncated, self.info = terminated, truncated, info
+        try:
+            self.tool_calls += int(info.get("tool_calls", 0) or 0)
+            errors = info.get("tool_errors") or ()
+            self.tool_errors += errors if isinstance(errors, int) else len(errors)
+        except (TypeError, ValueError):  # counts an env reports oddly are not worth the episode
+            logger.warning("episode %s: unreadable tool counts in step info", self.spec.episode_id)
         if self.terminated or self.truncated:
-            self.final_obs = obs_t
-        return obs_t
+            self.final_obs = obs
+        return obs
 
     # ------------------------------------------------------------------ ending
     async def _close(self) -> None:
@@ -265,7 +348,7 @@ class EpisodeRunner:
         t = time.perf_counter()
         try:
             await asyncio.to_thread(self.env.close)
-        except Exception:  # the episode's result stands; a leak is only logged
+        except _FAULTS:  # the episode's result stands; a leak is only logged
             logger.warning("episode %s: env.close() raised", self.spec.episode_id, exc_info=True)
         self.env_s += time.perf_counter() - t
 
@@ -278,7 +361,7 @@ class EpisodeRunner:
             return total >= 1.0 - 1e-9
         try:
             return bool(judge(total, self.info))
-        except Exception:  # a broken judge counts as not solved, and is logged
+        except _FAULTS:  # a broken judge counts as not solved, and is logged
             logger.warning("episode %s: is_success raised", self.spec.episode_id, exc_info=True)
             return False
 

@@ -57,6 +57,8 @@ class TraceTurn:
         last: This is the episode's last generated turn.
         episode_status: The episode's status (``ok``, ``truncated``, ``failed``).
         episode_success: Whether the episode counted as solved.
+        episode_reason: Why the episode failed or was truncated (``""`` when it ended normally,
+            and in traces written before this key existed).
     """
 
     episode_id: str
@@ -77,6 +79,7 @@ class TraceTurn:
     last: bool
     episode_status: Status
     episode_success: bool
+    episode_reason: str = ""
 
     def to_json(self) -> str:
         """The line's JSON text (no newline), ``schema`` first."""
@@ -99,7 +102,7 @@ class TraceTurn:
         if not isinstance(record, dict) or record.get("schema") != TRACE_SCHEMA:
             found = record.get("schema") if isinstance(record, dict) else type(record).__name__
             raise TraceFormatError(f"schema is {found!r}, expected {TRACE_SCHEMA!r}")
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in fields(cls) if f.name in record or f.name not in _OPTIONAL_KEYS]
         missing = [n for n in names if n not in record]
         if missing:
             raise TraceFormatError(f"missing keys {missing}")
@@ -111,6 +114,10 @@ class TraceTurn:
         if len(values["token_ids"]) != len(values["logprobs"]):
             raise TraceFormatError("token_ids and logprobs differ in length")
         return cls(**values)
+
+
+_OPTIONAL_KEYS = frozenset({"episode_reason"})
+"""Keys added after the first release of the format: a line without them reads with the default."""
 
 
 def trace_turns(trajectory: Trajectory) -> list[TraceTurn]:
@@ -139,6 +146,7 @@ def trace_turns(trajectory: Trajectory) -> list[TraceTurn]:
                 last=rec.index == len(t.turns) - 1,
                 episode_status=t.status,
                 episode_success=t.success,
+                episode_reason=t.reason,
             )
         )
         previous_end = rec.end

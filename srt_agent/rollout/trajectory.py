@@ -195,4 +195,7 @@ def json_safe(value: Any) -> Any:
             return json_safe(item())
         except (TypeError, ValueError):
             pass
-    return str(value)
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - an env's odd info value must not cost the episode
+        return f"<{type(value).__name__} that could not be printed>"

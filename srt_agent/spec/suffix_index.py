@@ -117,8 +117,9 @@ class SuffixIndex:
             entries[key] = {entry: None, node: None}
             grown = SMALL_DICT_BYTES  # container_bytes(2)
         else:
+            # container_bytes(n) - container_bytes(n - 1), with n the entry's size after the add
             entry[node] = None  # type: ignore[index]
-            grown = DICT_ENTRY_BYTES if len(entry) > 5 else 0  # container_bytes(n) - container_bytes(n - 1)
+            grown = DICT_ENTRY_BYTES if len(entry) > 5 else 0  # type: ignore[arg-type]
         self.nodes += 1
         self.bytes += grown
         return grown
