@@ -52,7 +52,7 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
         "srt_speedup", "srt_no_runahead_speedup", "srt_speedup_last_round", "srt_speedup_calculator",
         "srt_forward_ratio", "tokens_per_forward", "acceptance_rate", "mean_accepted", "hit_rate_exact",
         "hit_rate_task", "hit_rate_global", "runahead_tokens", "runahead_accepted_tokens", "token_prob",
-        "useless_drafts_ratio", "hf_generate_ratio", "prompt_lookup_ratio",
+        "useless_drafts_ratio", "cache_only_ratio", "hf_generate_ratio", "prompt_lookup_ratio",
         "latency200_runahead_acceptance", "latency200_no_runahead_acceptance",
         "latency200_runahead_speedup", "latency200_runahead_tokens", "latency200_prediction_hit_rate",
         "rounds", "prompts", "samples", "drift", "threads",
@@ -60,13 +60,15 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
     assert keys <= set(record), keys - set(record)
     for c in CONFIGS:
         assert record[f"{c}_wall_s"] > 0 and record[f"{c}_tokens"] > 0
-    for key in ("srt_speedup", "srt_no_runahead_speedup", "useless_drafts_ratio", "hf_generate_ratio"):
+    for key in ("srt_speedup", "srt_no_runahead_speedup", "useless_drafts_ratio", "cache_only_ratio"):
         assert 0 < record[key] < 100
     for key in ("acceptance_rate", "latency200_runahead_acceptance", "hit_rate_task", "token_prob"):
         assert 0 <= record[key] <= 1
     assert record["tokens_per_forward"] >= 1 and record["off_tokens_per_forward"] == 1
     # Same seeds, exact verification: every TorchEngine configuration generated the same tokens.
-    torch_engine = ("off", "srt", "srt_no_runahead", "useless", "latency_srt", "latency_srt_no_runahead")
+    torch_engine = (
+        "off", "srt", "srt_no_runahead", "useless", "cache_only", "latency_srt", "latency_srt_no_runahead"
+    )  # fmt: skip
     assert len({record[f"{c}_tokens"] for c in torch_engine}) == 1
 
 

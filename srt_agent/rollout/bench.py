@@ -17,6 +17,8 @@ rotating each round), so that load on a shared machine hits them alike:
 * ``srt``: TorchEngine + TreeCache + run-ahead (announced next-round prompts, known tool results);
 * ``srt_no_runahead``: the same without run-ahead;
 * ``useless``: TorchEngine speculating from random drafts (the cache's content disabled);
+* ``cache_only``: TorchEngine + TreeCache with speculation off: the cache takes every committed
+  token and is never asked for a draft, so its ratio is the cost of the cache's upkeep alone;
 * ``hf_generate``: HF ``generate()`` through :class:`~srt_agent.rollout.bench_peers.HFEngine`
   (static batches of the requests that arrive together), first ``hf_rounds`` rounds only;
 * ``prompt_lookup``: HF prompt lookup decoding (``prompt_lookup_num_tokens=10``), which HF supports
@@ -58,6 +60,7 @@ CONFIGS = (
     "srt",
     "srt_no_runahead",
     "useless",
+    "cache_only",
     "hf_generate",
     "prompt_lookup",
     "latency_srt",
@@ -215,6 +218,8 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             source = UselessDrafts(read_config(config.model_dir).vocab_size, seed=config.seed)
         elif name != "off":
             source = TreeCache(cache_config)
+        if name == "cache_only":
+            spec = spec.model_copy(update={"enabled": False})
         engine = TorchEngine(
             config.model_dir,
             max_batch_size=config.max_batch_size,

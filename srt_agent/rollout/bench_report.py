@@ -45,6 +45,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     * ``token_prob``: mean probability of the sampled tokens (how often an independent sample of
       the policy would draft the sampled token: the entropy limit of acceptance at this temperature).
     * ``useless_drafts_ratio``: random drafts (cache content disabled) vs off (the bar: >= 0.95).
+    * ``cache_only_ratio``: the tree cache filled with every committed token but never asked for a
+      draft vs off: what the cache's upkeep alone costs.
     * ``hf_generate_ratio``, ``prompt_lookup_ratio``: the HF peers vs off on their first
       ``hf_rounds`` rounds.
     * ``latency200_runahead_acceptance``, ``latency200_no_runahead_acceptance``: acceptance with
@@ -102,6 +104,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
         out["srt_no_runahead_speedup"] = _ratio(off["wall_s"], tot["srt_no_runahead"]["wall_s"])
     if "useless" in tot:
         out["useless_drafts_ratio"] = _ratio(off["wall_s"], tot["useless"]["wall_s"])
+    if "cache_only" in tot:
+        out["cache_only_ratio"] = _ratio(off["wall_s"], tot["cache_only"]["wall_s"])
     for c in HF_CONFIGS:
         if c in tot:
             off_same = totals(results, "off", rounds=min(config.hf_rounds, config.rounds))["wall_s"]
