@@ -16,7 +16,7 @@ from srt_agent import __version__
 from srt_agent.console import print_message
 from srt_agent.demo import OracleStats, run_oracle
 from srt_agent.env import EnvConfigError, MultiTurnEnv
-from srt_agent.paths import default_model_dir
+from srt_agent.paths import OutputPathError, check_output_file, default_model_dir
 from srt_agent.play import play as play_episode
 from srt_agent.registration import UnknownEnvError, make, registered_envs
 
@@ -123,6 +123,11 @@ def demo_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="Do not print transcripts.")] = False,
 ) -> None:
     """List the envs, then let each env's oracle play episodes and summarise the results."""
+    if json_path is not None:
+        try:
+            check_output_file(json_path, "--json")
+        except OutputPathError as exc:
+            raise _report_error(exc) from None
     envs_cmd()
     table = Table(title=f"Oracle episodes (seeds {seed}..{seed + episodes - 1})")
     table.add_column("env", no_wrap=True)
@@ -212,10 +217,12 @@ def build_model_cmd(
 
     target = out or default_model_dir()
     try:
+        if json_path is not None:
+            check_output_file(json_path, "--json")
         defaults = preset_config(preset)
         config = replace(defaults, sft=replace(defaults.sft, device=device))
         report = build_model(target, seed=seed, force=force, config=config)
-    except (BuildDirError, ValueError) as exc:
+    except (BuildDirError, ValueError) as exc:  # OutputPathError is a ValueError
         raise _report_error(exc) from None
     table = Table(title=f"{preset} model -> {target}")
     table.add_column("figure")
@@ -313,6 +320,11 @@ def bench_engine_cmd(
     if not model_dir.exists():
         hint = "run `srt-agent build-model` first" if model is None else "check the path"
         raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    if json_path is not None:
+        try:
+            check_output_file(json_path, "--json")
+        except OutputPathError as exc:
+            raise _report_error(exc) from None
     bench_engine(model_dir, json_path)
 
 
@@ -358,7 +370,10 @@ def bench_rollout_cmd(
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
             backoff_window=backoff_window, draws=draws, device=device,
         )  # fmt: skip
-    except ValueError as exc:
+        for path, what in ((json_path, "--json"), (plot, "--plot")):
+            if path is not None:
+                check_output_file(path, what)
+    except ValueError as exc:  # OutputPathError included
         raise _report_error(exc) from None
     bench_rollout(config, json_path=json_path, plot_path=plot, console=console)
 

@@ -13,3 +13,49 @@ def default_model_dir() -> Path:
     fresh clone starts without one, and ``runs/`` is git-ignored).
     """
     return Path(os.environ.get("SRT_AGENT_MODEL", "runs/embedded-model"))
+
+
+class OutputPathError(ValueError):
+    """An output path cannot be written (the message names it and what is wrong)."""
+
+
+def check_output_file(path: str | Path, what: str) -> None:
+    """Check, before a long run, that ``path`` can be written, so results are not lost after it.
+
+    Creates the parent folder if needed; an existing file is left as it is (opened for append and
+    closed), a probe of a new one is removed again.
+
+    Raises:
+        OutputPathError: ``path`` is a folder, its folder cannot be made, or it is not writable.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise OutputPathError(f"{what} {p} is a folder; give a file path")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"{what} {p}: cannot create its folder {p.parent} ({exc.strerror})") from None
+    existed = p.exists()
+    try:
+        with p.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise OutputPathError(f"{what} {p} is not writable ({exc.strerror}); choose another path") from None
+    if not existed:
+        p.unlink(missing_ok=True)
+
+
+def check_output_dir(path: str | Path, what: str) -> None:
+    """Check that ``path`` is, or can be made, a writable folder.
+
+    Raises:
+        OutputPathError: ``path`` is a file, or the folder cannot be made or written to.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{what} {p} is a file, not a folder; choose a folder path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"{what} {p}: cannot create it ({exc.strerror})") from None
+    check_output_file(p / ".srt-write-check", what)

@@ -62,6 +62,12 @@ def make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
         UnknownEnvError: ``env_id`` is not registered; the message lists the registered ids.
         srt_agent.env.EnvConfigError: An option is unknown or invalid; the message lists valid ones.
     """
+    check_env_id(env_id)
+    return gym.make(env_id, **options)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`UnknownEnvError` (listing the registered ids) unless ``env_id`` is registered."""
     known = registered_envs()
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
@@ -69,4 +75,3 @@ def make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
         raise UnknownEnvError(
             f"unknown env id {env_id!r}.{hint} Registered multi-turn envs: {', '.join(known)}"
         )
-    return gym.make(env_id, **options)

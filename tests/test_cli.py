@@ -92,3 +92,18 @@ def test_build_model_with_an_unknown_preset_exits_2_with_choices(tmp_path: Path)
     assert result.exit_code == 2
     assert "unknown build preset 'big'" in result.output and "embedded, tool-choice" in result.output
     assert not (tmp_path / "m").exists()  # nothing built
+
+
+def test_unwritable_json_path_fails_before_the_run(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for args in (
+        ["eval", "--env", "srt/Calculator-v0", "--model", str(tmp_path), "--json", str(a_file / "r.json")],
+        ["demo", "--json", str(a_file / "r.json")],
+        ["eval", "--env", "srt/Calculator-v0", "--model", str(tmp_path), "--trace", str(tmp_path)],
+    ):
+        result = runner.invoke(app, args)
+        text = " ".join(result.output.split())  # the console wraps long lines
+        assert result.exit_code == 2, text
+        assert "cannot create its folder" in text or "is a folder; give a file path" in text, text
+        assert "Traceback" not in text

@@ -159,3 +159,88 @@ def test_resume_continues_after_the_checkpoint_and_matches_an_uninterrupted_run(
         assert latest_checkpoint(out) is not None and latest_checkpoint(out).step == 3  # type: ignore[union-attr]
     finally:
         resumed.close()
+
+
+def test_a_damaged_file_is_caught_by_the_manifest(tmp_path: Path) -> None:
+    from srt_agent.train.checkpoint import resumable_checkpoints, verify_checkpoint
+
+    first = write_checkpoint(tmp_path, 1, {}, write_one)
+    second = write_checkpoint(tmp_path, 2, {}, write_one)
+    assert verify_checkpoint(first) == [] and verify_checkpoint(second) == []
+    (second.path / "weights.bin").write_bytes(b"x" * 40)  # truncated
+    assert verify_checkpoint(second) == ["weights.bin has 40 bytes, 100 were written"]
+    (second.path / "weights.bin").write_bytes(b"y" * 100)  # same size, other bytes
+    assert verify_checkpoint(second) == ["weights.bin does not match its checksum"]
+    usable, skipped = resumable_checkpoints(tmp_path)
+    assert [c.step for c in usable] == [1]
+    assert skipped == ["step-000002: damaged (weights.bin does not match its checksum)"]
+
+
+def test_pruning_keeps_the_newest_checkpoint_with_finite_weights(tmp_path: Path) -> None:
+    from srt_agent.train.checkpoint import resumable_checkpoints
+
+    write_checkpoint(tmp_path, 1, {"finite": True}, write_one)
+    for step in range(2, 6):  # the run diverged after step 1
+        write_checkpoint(tmp_path, step, {"finite": False}, write_one)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [1, 4, 5]
+    usable, skipped = resumable_checkpoints(tmp_path)
+    assert [c.step for c in usable] == [1] and len(skipped) == 2 and "not finite" in skipped[0]
+
+
+def test_resume_falls_back_past_damaged_and_nan_checkpoints_and_says_so(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    cfg = tiny_config(model_dir, out, trainer={"steps": 3})
+    with pytest.raises(TrainError, match="nothing to resume"):
+        Trainer(cfg, resume=True)  # --resume with nothing there is an error, not a fresh start
+    first = Trainer(cfg)
+    try:
+        first.run()
+    finally:
+        first.close()
+    root = checkpoint_root(out)
+    assert [c.step for c in list_checkpoints(out)] == [2, 3]
+    # Step 3's weights file was truncated; step 2's weights went NaN (its state says so).
+    weights = root / "step-000003" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    state_file = root / "step-000002" / "state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "finite": False}))
+    with pytest.raises(TrainError, match=r"no checkpoint in .* can be resumed"):
+        Trainer(cfg, resume=True)
+    # With an intact, finite step 1 still there, resuming goes back to it.
+    again = Trainer(tiny_config(model_dir, tmp_path / "again", trainer={"steps": 1}))
+    try:
+        again.run()
+    finally:
+        again.close()
+    import shutil
+
+    shutil.copytree(checkpoint_root(tmp_path / "again") / "step-000001", root / "step-000001")
+    resumed = Trainer(cfg, resume=True)
+    try:
+        assert resumed.resumed_from == 1
+        assert [n.split(":")[0] for n in resumed.resume_notes] == ["step-000003", "step-000002"]
+        assert "model/model.safetensors has" in resumed.resume_notes[0]
+        assert "not finite" in resumed.resume_notes[1]
+    finally:
+        resumed.close()
+
+
+def test_nan_weights_are_marked_and_never_pruned_away_behind_them(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    trainer = Trainer(tiny_config(model_dir, out, trainer={"steps": 1}))
+    try:
+        trainer.run()
+        good = latest_checkpoint(out)
+        assert good is not None and good.state["finite"] is True
+        with torch.no_grad():
+            next(trainer.policy.parameters()).fill_(float("nan"))
+        for step in (2, 3, 4):
+            trainer.state.step = step
+            trainer.save_checkpoint()
+    finally:
+        trainer.close()
+    assert [c.step for c in list_checkpoints(out)] == [1, 3, 4]
+    assert [c.finite for c in list_checkpoints(out)] == [True, False, False]

@@ -106,3 +106,17 @@ def test_a_missing_model_with_building_off_says_how_to_build_it(tmp_path: Path) 
     result = runner.invoke(app, ["train", str(config)], env=WIDE)
     assert result.exit_code == 2
     assert "srt-agent build-model --out" in result.output and "--preset tool-choice" in result.output
+
+
+def test_mistakes_found_before_anything_runs_exit_2(model_dir: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run"))
+    result = runner.invoke(app, ["train", str(config), "env.id=srt/Calculater-v0"], env=WIDE)
+    assert result.exit_code == 2 and "env.id: unknown env id 'srt/Calculater-v0'" in result.output
+    assert "Did you mean srt/Calculator-v0" in result.output and "Traceback" not in result.output
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    result = runner.invoke(app, ["train", str(config), f"trainer.out_dir={a_file}"], env=WIDE)
+    assert result.exit_code == 2 and "trainer.out_dir" in result.output and "is a file" in result.output
+    result = runner.invoke(app, ["train", str(config), "--json", str(a_file / "summary.json")], env=WIDE)
+    assert result.exit_code == 2 and "--json" in result.output and "cannot create its folder" in result.output
+    assert not list((tmp_path / "run").glob("*"))  # nothing ran (the folder was only checked)

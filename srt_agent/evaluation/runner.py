@@ -21,6 +21,7 @@ from srt_agent.chat_format import ChatFormat
 from srt_agent.engine.types import Engine
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
+from srt_agent.paths import OutputPathError, check_output_file
 from srt_agent.registration import UnknownEnvError, make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
@@ -213,6 +214,10 @@ def eval_command(
     """
     out = console or Console()
     try:
+        # Checked before the run: results that cannot be written after it would be lost.
+        for path, what in ((json_path, "--json"), (trace_path, "--trace")):
+            if path is not None:
+                check_output_file(path, what)
         with RolloutProgress(episodes * k, description=env_id, console=out) as bar:
             report = run_eval(
                 env_id,
@@ -225,7 +230,7 @@ def eval_command(
                 trace_path=trace_path,
                 **options,
             )
-    except (UnknownEnvError, EnvConfigError, ModelLoadError, ValueError) as exc:
+    except (UnknownEnvError, EnvConfigError, ModelLoadError, OutputPathError, ValueError) as exc:
         # Text, not markup: messages quote user input that may contain "[...]".
         out.print(Text.assemble(("error: ", "red"), str(exc)))
         return 2

@@ -7,17 +7,25 @@ Layout of ``<trainer.out_dir>/checkpoints/step-000012/``::
     rng.pt            python, numpy, torch (and CUDA) RNG states
     tree_cache.npz    the SRT tree cache (TreeCache.save)
     config.yaml       the run's config
-    state.json        step, the evaluation before training, ... (written last)
+    manifest.json     size and SHA-256 of every file above
+    state.json        step, whether the weights were finite, the evaluation before training, ...
+                      (written last)
 
 Atomicity: everything is written into a hidden ``.tmp-step-...`` sibling, each file and directory is
 fsynced, and only then is the directory renamed to its final name (one atomic ``rename``), and the
 parent fsynced. A reader takes only ``step-N`` directories whose ``state.json`` parses and names
 step ``N``, so a half-written checkpoint (a killed writer's ``.tmp-*``) is never picked up;
 :func:`clean_partial` removes those leftovers.
+
+Integrity: a file damaged after the rename (a truncated copy, a bad disk) is caught by the
+manifest (:func:`verify_checkpoint`), and resuming falls back to the newest checkpoint that is intact
+and whose weights were finite (:func:`resumable_checkpoints`). Pruning never removes the newest
+finite checkpoint, so a run whose weights went NaN can still go back to before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -35,7 +43,10 @@ CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "state.json"
 KEEP = 2
 """Complete checkpoints kept (the newest ones); older ones are deleted after each save."""
-FORMAT = "srt-train-ckpt/1"
+FORMAT = "srt-train-ckpt/2"
+"""Written now: with ``manifest.json``; ``srt-train-ckpt/1`` (no manifest) is still read."""
+_FORMATS = ("srt-train-ckpt/1", FORMAT)
+MANIFEST_FILE = "manifest.json"
 _NAME = re.compile(r"^step-(\d{6,})$")
 
 
@@ -66,6 +77,11 @@ class Checkpoint:
     def cache_file(self) -> Path:
         """The tree cache file."""
         return self.path / "tree_cache.npz"
+
+    @property
+    def finite(self) -> bool:
+        """Whether its weights (and the last step's losses) were finite when it was written."""
+        return self.state.get("finite", True) is not False
 
 
 def checkpoint_root(out_dir: str | Path) -> Path:
@@ -111,6 +127,7 @@ def write_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     write_files(tmp)
+    (tmp / MANIFEST_FILE).write_text(json.dumps({"files": _manifest(tmp)}, indent=2, sort_keys=True) + "\n")
     full = {**state, "step": step, "format": FORMAT}
     (tmp / STATE_FILE).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
     _fsync_tree(tmp)
@@ -120,9 +137,87 @@ def write_checkpoint(
         shutil.rmtree(old)
     tmp.rename(final)
     _fsync_path(root)
-    for stale in list_checkpoints(out_dir)[:-KEEP]:
-        shutil.rmtree(stale.path, ignore_errors=True)
+    prune(out_dir)
     return Checkpoint(final, step, full)
+
+
+def prune(out_dir: str | Path, keep: int = KEEP) -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints, never the newest one with finite weights.
+
+    Returns:
+        The deleted directories.
+    """
+    found = list_checkpoints(out_dir)
+    kept = {c.path for c in found[-keep:]}
+    finite = [c for c in found if c.finite]
+    if finite:
+        kept.add(finite[-1].path)
+    stale = [c.path for c in found if c.path not in kept]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest(root: Path) -> dict[str, dict[str, Any]]:
+    """``relative path -> {"bytes", "sha256"}`` of every file under ``root``."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        out[path.relative_to(root).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return out
+
+
+def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
+    """What is wrong with a checkpoint's files (empty: every file is as it was written).
+
+    Checks each file of ``manifest.json`` for presence, size and SHA-256. A checkpoint of the first
+    format (no manifest) cannot be checked and passes.
+    """
+    if ckpt.state.get("format") == "srt-train-ckpt/1":
+        return []
+    try:
+        listed = json.loads((ckpt.path / MANIFEST_FILE).read_text())["files"]
+        assert isinstance(listed, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        return [f"{MANIFEST_FILE} is missing or unreadable"]
+    problems: list[str] = []
+    for name, want in sorted(listed.items()):
+        path = ckpt.path / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif path.stat().st_size != want.get("bytes"):
+            problems.append(f"{name} has {path.stat().st_size} bytes, {want.get('bytes')} were written")
+        elif _sha256(path) != want.get("sha256"):
+            problems.append(f"{name} does not match its checksum")
+    return problems
+
+
+def resumable_checkpoints(out_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints a run may resume from, best first, and why the others may not.
+
+    Best first: newest first among those whose files verify and whose weights were finite.
+
+    Returns:
+        The usable checkpoints, and one line per skipped one (``"step-000012: model/... is missing"``).
+    """
+    usable: list[Checkpoint] = []
+    skipped: list[str] = []
+    for ckpt in reversed(list_checkpoints(out_dir)):
+        problems = verify_checkpoint(ckpt)
+        if problems:
+            skipped.append(f"{ckpt.path.name}: damaged ({'; '.join(problems)})")
+        elif not ckpt.finite:
+            skipped.append(f"{ckpt.path.name}: its weights or losses were not finite (NaN or inf)")
+        else:
+            usable.append(ckpt)
+    return usable, skipped
 
 
 def _read(path: Path) -> Checkpoint | None:
@@ -134,7 +229,7 @@ def _read(path: Path) -> Checkpoint | None:
     except (OSError, ValueError):
         return None  # no state.json: not a complete checkpoint
     step = int(match.group(1))
-    if not isinstance(state, dict) or state.get("step") != step or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("step") != step or state.get("format") not in _FORMATS:
         return None
     return Checkpoint(path, step, state)
 

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.paths import OutputPathError, check_output_dir, check_output_file
+from srt_agent.registration import UnknownEnvError, check_env_id
 from srt_agent.train.checkpoint import latest_checkpoint
 from srt_agent.train.progress import TrainProgress
 from srt_agent.train.summary import SUMMARY_SCHEMA, summarize, summary_table
@@ -92,14 +94,21 @@ def train_command(
     t0 = time.perf_counter()
     try:
         cfg = load_config(config, overrides)
-    except ConfigError as exc:
-        return _error(out, str(exc))
+        # Checked before anything runs: a typo here should not cost a model build or a run.
+        check_env_id(cfg.env.id)
+        check_output_dir(cfg.trainer.out_dir, "trainer.out_dir")
+        if json_path is not None:
+            check_output_file(json_path, "--json")
+    except (ConfigError, UnknownEnvError, OutputPathError) as exc:
+        return _error(out, f"env.id: {exc}" if isinstance(exc, UnknownEnvError) else str(exc))
     try:
         build_s = ensure_policy_model(cfg, out)
         previous = latest_checkpoint(cfg.trainer.out_dir) if resume else None
         done = previous.step if previous is not None else 0
         with TrainProgress(cfg.trainer.steps, done, console=out, disable=not show_progress) as progress:
             trainer = Trainer(cfg, resume=resume, progress=progress)
+            for note in trainer.resume_notes:
+                out.print(Text.assemble(("not resuming from ", "yellow"), note))
             if trainer.resumed_from:
                 out.print(f"resuming from step {trainer.resumed_from} ({cfg.trainer.out_dir})")
             if trainer.metrics.tensorboard_error:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
     latest_checkpoint,
+    resumable_checkpoints,
     rng_state,
     set_rng_state,
     write_checkpoint,
@@ -121,28 +124,20 @@ class Trainer:
         self.device = resolve_device(t.device)
         self.out_dir = Path(t.out_dir)
         clean_partial(self.out_dir)
-        ckpt = latest_checkpoint(self.out_dir)
-        if ckpt is not None and not resume:
+        existing = latest_checkpoint(self.out_dir)
+        if existing is not None and not resume:
             raise TrainError(
-                f"{self.out_dir} already holds checkpoints of a run (step {ckpt.step}); pass --resume to "
-                "continue it, or set trainer.out_dir to a new directory"
+                f"{self.out_dir} already holds checkpoints of a run (step {existing.step}); pass --resume "
+                "to continue it, or set trainer.out_dir to a new directory"
             )
+        self.resume_notes: list[str] = []
+        """Checkpoints passed over when resuming, and why (also logged as warnings)."""
+        self._losses_finite = True
+        self.fmt = ChatFormat.from_pretrained(cfg.model.dir)
+        reference = load_reference(cfg.model.dir, self.device) if cfg.algo.kl.coef > 0 else None
+        ckpt, cache = self._start(self._candidates(resume, existing), reference)
         self.resumed_from = ckpt.step if ckpt is not None else 0
         self.progress = progress or TrainProgress(t.steps, self.resumed_from, disable=True)
-        self.fmt = ChatFormat.from_pretrained(cfg.model.dir)
-        start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
-        self.policy = Policy.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
-        reference = load_reference(cfg.model.dir, self.device) if cfg.algo.kl.coef > 0 else None
-        optimizer, scheduler = build_optimizer(self.policy, cfg)
-        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
-        self.state = RunState()
-        cache = TreeCache(cfg.spec.cache)
-        if ckpt is None:
-            random.seed(t.seed)
-            np.random.seed(t.seed)
-            torch.manual_seed(t.seed)
-        else:
-            cache = self._restore(ckpt)
         self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device)
         if ckpt is not None:  # the engines load the starting checkpoint: give them the trained weights
             self.rollouts.push_weights(self.policy.lm_state_dict())
@@ -151,6 +146,55 @@ class Trainer:
         self.metrics = MetricsLogger(self.out_dir, t.log, ckpt.step if ckpt is not None else None)
 
     # ------------------------------------------------------------------ checkpoints
+    def _candidates(self, resume: bool, existing: Checkpoint | None) -> list[Checkpoint | None]:
+        """What to start from, best first: ``[None]`` for a fresh run, else the resumable checkpoints."""
+        if not resume:
+            return [None]
+        usable, skipped = resumable_checkpoints(self.out_dir)
+        self.resume_notes.extend(skipped)
+        for line in skipped:
+            log.warning("not resuming from %s", line)
+        if usable:
+            return list(usable)
+        if existing is None:
+            leftovers = (
+                " (it holds files of a run, but no complete checkpoint)" if self.out_dir.exists() else ""
+            )
+            raise TrainError(
+                f"--resume: nothing to resume in {self.out_dir}{leftovers}; run without --resume to start "
+                "a fresh run, or point trainer.out_dir at the run to continue"
+            )
+        raise TrainError(f"--resume: no checkpoint in {self.out_dir} can be resumed: {'; '.join(skipped)}")
+
+    def _start(
+        self, candidates: Sequence[Checkpoint | None], reference: Any
+    ) -> tuple[Checkpoint | None, TreeCache]:
+        """Load the policy, learner and state of the first candidate that loads (``None``: fresh)."""
+        cfg = self.cfg
+        for i, ckpt in enumerate(candidates):
+            try:
+                start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
+                self.policy = Policy.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
+                optimizer, scheduler = build_optimizer(self.policy, cfg)
+                self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
+                self.state = RunState()
+                if ckpt is None:
+                    random.seed(cfg.trainer.seed)
+                    np.random.seed(cfg.trainer.seed)
+                    torch.manual_seed(cfg.trainer.seed)
+                    return None, TreeCache(cfg.spec.cache)
+                return ckpt, self._restore(ckpt)
+            except Exception as exc:  # any load failure: try the next checkpoint
+                if ckpt is None:
+                    raise
+                line = f"{ckpt.path.name}: could not be loaded ({type(exc).__name__}: {exc})"
+                self.resume_notes.append(line)
+                log.warning("not resuming from %s", line)
+                if i == len(candidates) - 1:
+                    notes = "; ".join(self.resume_notes)
+                    raise TrainError(f"--resume: no checkpoint could be loaded: {notes}") from None
+        raise AssertionError("unreachable: candidates is never empty")
+
     def _restore(self, ckpt: Checkpoint) -> TreeCache:
         """Load optimizer, scheduler, RNG and run state; return the checkpoint's tree cache."""
         saved = torch.load(ckpt.path / "optimizer.pt", map_location=self.device, weights_only=True)
@@ -181,6 +225,13 @@ class Trainer:
             (path / CONFIG_FILE).write_text(self.cfg.to_yaml())
 
         state = dataclasses.asdict(self.state)
+        # Pruning keeps the newest checkpoint with finite weights and losses, and resuming skips
+        # the others: a run that diverged to NaN can go back to before it.
+        state["finite"] = self._losses_finite and all(
+            bool(torch.isfinite(p).all()) for p in self.policy.parameters()
+        )
+        if not state["finite"]:
+            log.warning("step %d: the weights or losses are not finite (NaN or inf)", self.state.step)
         ckpt = write_checkpoint(self.out_dir, self.state.step, state, write)
         self.state.checkpoint_s += time.perf_counter() - t0
         return ckpt
@@ -199,6 +250,9 @@ class Trainer:
         while state.step < t.steps:
             step = state.step + 1
             record = self.train_step(step)
+            self._losses_finite = all(
+                math.isfinite(v) for k, v in record.items() if k.endswith("loss") and isinstance(v, float)
+            )
             state.step = step
             self.metrics.log(record)
             self.progress.step_done(record)
