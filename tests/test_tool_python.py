@@ -391,3 +391,47 @@ def test_toolset_async_path() -> None:
     text = '<tool_call>{"name": "python", "arguments": {"code": "import os; os.fork()"}}</tool_call>'
     (content,) = asyncio.run(_aexecute(ToolSet([python]), text))
     assert "blocked by sandbox: process creation (os.fork)" in content
+
+
+# -- Landlock: filesystem changes outside scratch refused by the kernel ---------------------------------
+
+needs_landlock = pytest.mark.skipif(not LAYERS["landlock"], reason="no Landlock in this kernel")
+
+# Writes that raise no audit event (C code) or that the hook would not see: each must leave nothing.
+ESCAPES = {
+    "sqlite-attach": "import sqlite3\nc = sqlite3.connect(':memory:')\n"
+    "c.execute(\"ATTACH DATABASE '{target}' AS x\")\nc.execute('CREATE TABLE x.t (a)')\nc.commit()",
+    "sqlite-vacuum": "import sqlite3\nc = sqlite3.connect(':memory:')\nc.execute('CREATE TABLE t (a)')\n"
+    "c.execute(\"VACUUM INTO '{target}'\")",
+    "readline": "import readline\nreadline.add_history('x')\nreadline.write_history_file('{target}')",
+    "open": "open('{target}', 'w').write('x')",
+}
+
+
+@needs_landlock
+@pytest.mark.parametrize("audit_hook", [True, False], ids=["hook", "kernel-only"])
+@pytest.mark.parametrize("case", list(ESCAPES))
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_writes_outside_scratch_are_refused_by_the_kernel(case: str, where: str, audit_hook: bool) -> None:
+    if not Path(where).is_dir():
+        pytest.skip(f"no {where} here")
+    target = Path(where) / f"srt-escape-{uuid.uuid4().hex}.db"
+    try:
+        out = run(ESCAPES[case].format(target=target), audit_hook=audit_hook)
+        assert not target.exists(), out
+        assert "Error" in out or "blocked by sandbox" in out, out
+    finally:
+        target.unlink(missing_ok=True)
+
+
+@needs_landlock
+def test_scratch_stays_writable_and_is_removed_afterwards() -> None:
+    code = (
+        "import os, sqlite3\nopen('a.txt', 'w').write('x')\nos.mkdir('d')\nos.rename('a.txt', 'd/b.txt')\n"
+        "c = sqlite3.connect('db.sqlite')\nc.execute('CREATE TABLE t (a)')\nc.commit()\n"
+        "print(sorted(os.listdir('.')), os.getcwd())\nopen('/dev/null', 'w').write('fine')"
+    )
+    out = run(code, audit_hook=False)
+    assert "['d', 'db.sqlite']" in out, out
+    scratch = out.split("]", 1)[1].split()[0]
+    assert not Path(scratch).exists()  # the run's folder is gone

@@ -14,13 +14,17 @@ Layers, outermost first (:func:`sandbox_layers` says which are active on this ma
    uid that owns only the scratch directory, keeping just ``CAP_DAC_READ_SEARCH`` so it can read the
    interpreter wherever it is installed. The kernel then refuses writes to anything it does not own and
    counts only this run's processes against ``RLIMIT_NPROC``. World-writable directories (``/tmp``,
-   ``/dev/shm``) stay writable at this layer; the audit hook covers them.
-3. **Resource limits** set by the child on itself with soft = hard, which an unprivileged process cannot
+   ``/dev/shm``) stay writable at this layer; Landlock and the audit hook cover them.
+3. **Landlock** (Linux >= 5.13, probed once): before the user's code runs, the child asks the kernel to
+   refuse every change to the filesystem outside its scratch directory (writes, creates, removes,
+   renames, links, truncation; ``/dev/null`` stays writable), irrevocably and for C code too: sqlite
+   ``ATTACH``/``VACUUM INTO``, ``readline`` history files, ``/tmp`` and ``/dev/shm`` are all refused.
+4. **Resource limits** set by the child on itself with soft = hard, which an unprivileged process cannot
    raise: ``RLIMIT_CPU`` (SIGXCPU, then SIGKILL a second later), ``RLIMIT_AS`` (allocations fail with
    ``MemoryError``), ``RLIMIT_FSIZE`` (writes fail with ``EFBIG``), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0,
    and ``RLIMIT_NPROC`` (only with layer 2, as the count is per uid).
-4. **Wall clock** kept by the parent, which kills the child's whole process group (its own session).
-5. **Audit hook** (:pep:`578`) installed before the user's code runs, always: refuses sockets and name
+5. **Wall clock** kept by the parent, which kills the child's whole process group (its own session).
+6. **Audit hook** (:pep:`578`) installed before the user's code runs, always: refuses sockets and name
    lookups, writes/creates/renames/removes outside the scratch directory, symlinks, process creation
    (``fork``, ``exec*``, ``system``, ``posix_spawn``, ``subprocess``), ``ctypes``, changing resource
    limits, signalling other processes, and ``gc`` introspection that could reach the hook. It also gives the
@@ -28,8 +32,9 @@ Layers, outermost first (:func:`sandbox_layers` says which are active on this ma
    depth behind the kernel layers, and its rules use only values captured at install time (no global or
    builtin lookups), so user code cannot rebind what it calls.
 
-Not covered: reading files (the whole filesystem is readable, as it is to the parent), FIFOs and device
-nodes (``mkfifo``/``mknod`` raise no audit event), and, without layers 1-2, anything that gets past the hook.
+Not covered: reading files (the whole filesystem is readable, as it is to the parent), and, without
+layers 1-3, anything that gets past the hook (FIFOs and device nodes outside the scratch directory
+raise no audit event; Landlock refuses them). See ``docs/security.md`` for the threat model.
 Third-party packages are not importable (``-S``).
 
 The child runs :mod:`srt_agent.tools.sandbox_child` as a script (standard library only); the process
@@ -142,6 +147,7 @@ def sandbox_layers() -> dict[str, bool]:
     return {
         "network_namespace": host.netns_prefix() is not None,
         "unprivileged_uid": host.can_drop_privileges(),
+        "landlock": host.landlock_abi() > 0,
         "rlimits": True,
         "rlimit_nproc": host.can_drop_privileges(),
         "wall_clock": True,
@@ -149,13 +155,17 @@ def sandbox_layers() -> dict[str, bool]:
     }
 
 
-def run_python(code: str, limits: SandboxLimits | None = None, *, audit_hook: bool = True) -> SandboxResult:
+def run_python(
+    code: str, limits: SandboxLimits | None = None, *, audit_hook: bool = True, landlock: bool = True
+) -> SandboxResult:
     """Run ``code`` in the sandbox and collect what it did.
 
     Args:
         code: Python source, run as ``__main__``.
         limits: Limits; the defaults when omitted.
         audit_hook: Install the audit hook. Only tests turn it off, to check the kernel layers alone.
+        landlock: Restrict filesystem changes with Landlock where the kernel has it. Only tests turn
+            it off, to check the other layers alone.
 
     Returns:
         The capped output, exit status, and why the run was stopped or what was blocked.
@@ -188,6 +198,7 @@ def run_python(code: str, limits: SandboxLimits | None = None, *, audit_hook: bo
             "status_fd": status_w,
             "rlimits": rlimits,
             "audit_hook": audit_hook,
+            "landlock": landlock and host.landlock_abi() > 0,
         }
         ran = host.execute(
             host.child_argv(uid, cfg),

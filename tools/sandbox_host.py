@@ -85,6 +85,19 @@ def setpriv_prefix(uid: int) -> list[str]:
 
 
 @functools.cache
+@functools.cache
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none), probed once."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION); 444 on every architecture
+        return max(0, int(libc.syscall(444, None, ctypes.c_size_t(0), 1)))
+    except (OSError, AttributeError):
+        return 0
+
+
 def can_drop_privileges() -> bool:
     """Whether the parent is root and a per-run uid can start the interpreter (probed once).
 
