@@ -8,17 +8,16 @@ from typing import Annotated, Any
 
 import gymnasium as gym
 import typer
-from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from srt_agent import __version__
-from srt_agent.console import print_message
+from srt_agent.console import make_console, print_message
 from srt_agent.demo import OracleStats, run_oracle
 from srt_agent.env import EnvConfigError, MultiTurnEnv
-from srt_agent.paths import OutputPathError, check_output_file, default_model_dir
+from srt_agent.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
 from srt_agent.play import play as play_episode
-from srt_agent.registration import UnknownEnvError, make, registered_envs
+from srt_agent.registration import UnknownEnvError, check_env_id, make, registered_envs
 
 app = typer.Typer(
     name="srt-agent",
@@ -27,8 +26,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -185,6 +184,17 @@ def _report_error(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _model_dir(model: Path | None) -> Path:
+    """The model to use (see :func:`srt_agent.paths.resolve_model_dir`), or a clean exit saying why."""
+    try:
+        path, note = resolve_model_dir(model)
+    except FileNotFoundError as exc:
+        raise _report_error(exc) from None
+    if note:
+        err_console.print(f"[dim]{note}[/dim]")
+    return path
+
+
 @app.command("build-model")
 def build_model_cmd(
     out: Annotated[
@@ -258,10 +268,11 @@ def eval_cmd(
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
 
-    model_dir = model or default_model_dir()
-    if not model_dir.exists():
-        hint = "run `srt-agent build-model` first" if model is None else "check the path"
-        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    try:
+        check_env_id(env)  # before the model loads: a typo should not take seconds to report
+    except UnknownEnvError as exc:
+        raise _report_error(exc) from None
+    model_dir = _model_dir(model)
     options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec}
     if max_turns is not None:
         options["max_turns"] = max_turns
@@ -316,10 +327,7 @@ def bench_engine_cmd(
     """Decode tokens/s of TorchEngine vs HF generate() at batch 1 and 32, side by side."""
     from srt_agent.engine.bench import bench_engine
 
-    model_dir = model or default_model_dir()
-    if not model_dir.exists():
-        hint = "run `srt-agent build-model` first" if model is None else "check the path"
-        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    model_dir = _model_dir(model)
     if json_path is not None:
         try:
             check_output_file(json_path, "--json")
@@ -358,10 +366,7 @@ def bench_rollout_cmd(
     from srt_agent.rollout.bench import CONFIGS, RolloutBenchConfig
     from srt_agent.rollout.bench_report import bench_rollout
 
-    model_dir = model or default_model_dir()
-    if not model_dir.exists():
-        hint = "run `srt-agent build-model` first" if model is None else "check the path"
-        raise _report_error(FileNotFoundError(f"model dir {model_dir} does not exist; {hint}"))
+    model_dir = _model_dir(model)
     try:
         config = RolloutBenchConfig(
             model_dir, prompts=prompts, samples=samples, rounds=rounds, hf_rounds=hf_rounds,

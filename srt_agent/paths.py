@@ -59,3 +59,42 @@ def check_output_dir(path: str | Path, what: str) -> None:
     except OSError as exc:
         raise OutputPathError(f"{what} {p}: cannot create it ({exc.strerror})") from None
     check_output_file(p / ".srt-write-check", what)
+
+
+def built_models(root: str | Path = "runs") -> list[Path]:
+    """Model folders (holding a ``config.json``) directly under ``root``, sorted by name."""
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if (p / "config.json").is_file())
+
+
+def resolve_model_dir(model: str | Path | None) -> tuple[Path, str]:
+    """The model folder a command should use, and a note to print when it was picked for the user.
+
+    ``model`` if given; else the default (:func:`default_model_dir`) if it holds a model; else the
+    only model under ``runs/`` (the quickstart builds ``runs/tool-choice-model``).
+
+    Raises:
+        FileNotFoundError: No model there; the message lists the models found and how to pick one.
+    """
+    if model is not None:
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            what = "does not exist" if not path.exists() else "holds no model (no config.json)"
+            raise FileNotFoundError(f"model dir {path} {what}; {_choices()}")
+        return path, ""
+    default = default_model_dir()
+    if (default / "config.json").is_file():
+        return default, ""
+    found = built_models()
+    if len(found) == 1:
+        return found[0], f"using {found[0]} (no model at {default}; it is the only one under runs/)"
+    raise FileNotFoundError(f"no model at {default}; {_choices()}")
+
+
+def _choices() -> str:
+    found = built_models()
+    if not found:
+        return "build one with `srt-agent build-model` (or pass --model DIR)"
+    return "models found: " + ", ".join(str(p) for p in found) + "; pick one with --model DIR"

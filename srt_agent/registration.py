@@ -7,6 +7,9 @@ same way (:func:`register_env`) and then show up in ``srt-agent envs`` and work 
 from __future__ import annotations
 
 import difflib
+import importlib
+import os
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -62,16 +65,40 @@ def make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
         UnknownEnvError: ``env_id`` is not registered; the message lists the registered ids.
         srt_agent.env.EnvConfigError: An option is unknown or invalid; the message lists valid ones.
     """
-    check_env_id(env_id)
-    return gym.make(env_id, **options)
+    return gym.make(check_env_id(env_id), **options)
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise :class:`UnknownEnvError` (listing the registered ids) unless ``env_id`` is registered."""
+def check_env_id(env_id: str) -> str:
+    """The registered id ``env_id`` names; :class:`UnknownEnvError` (listing the ids) if none.
+
+    ``"module:Namespace/Name-v0"`` (Gymnasium's syntax) first imports ``module``, which registers
+    the env (the current directory is searched too, so a user's ``my_envs.py`` works from the CLI),
+    and returns ``"Namespace/Name-v0"``.
+    """
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        import_env_module(module)
     known = registered_envs()
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise UnknownEnvError(
-            f"unknown env id {env_id!r}.{hint} Registered multi-turn envs: {', '.join(known)}"
+            f"unknown env id {env_id!r}.{hint} Registered multi-turn envs: {', '.join(known)}. "
+            "An env of your own: name its module as MODULE:ID (e.g. my_envs:mine/Weather-v0)"
         )
+    return env_id
+
+
+def import_env_module(module: str) -> None:
+    """Import the module that registers an env (``module`` of ``"module:Id"``), with a clear error.
+
+    Raises:
+        UnknownEnvError: The module cannot be imported (the message says why).
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:  # as `python -m` would: a module next to the user's files is found
+        sys.path.append(cwd)
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UnknownEnvError(f"cannot import env module {module!r}: {exc}") from None

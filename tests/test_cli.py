@@ -97,13 +97,56 @@ def test_build_model_with_an_unknown_preset_exits_2_with_choices(tmp_path: Path)
 def test_unwritable_json_path_fails_before_the_run(tmp_path: Path) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # never loaded: the paths are checked first
     for args in (
-        ["eval", "--env", "srt/Calculator-v0", "--model", str(tmp_path), "--json", str(a_file / "r.json")],
+        ["eval", "--env", "srt/Calculator-v0", "--model", str(model), "--json", str(a_file / "r.json")],
         ["demo", "--json", str(a_file / "r.json")],
-        ["eval", "--env", "srt/Calculator-v0", "--model", str(tmp_path), "--trace", str(tmp_path)],
+        ["eval", "--env", "srt/Calculator-v0", "--model", str(model), "--trace", str(tmp_path)],
     ):
         result = runner.invoke(app, args)
         text = " ".join(result.output.split())  # the console wraps long lines
         assert result.exit_code == 2, text
         assert "cannot create its folder" in text or "is a folder; give a file path" in text, text
         assert "Traceback" not in text
+
+
+def test_an_env_of_your_own_is_reached_as_module_colon_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    monkeypatch.chdir(examples)  # the user's folder: custom_env.py lives here, not on sys.path
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(examples))])
+    env = srt_agent.make("custom_env:example/Convert-v0")  # imports the module, which registers the id
+    env.reset(seed=0)
+    unit, amount = env.unwrapped.unit, env.unwrapped.amount  # type: ignore[attr-defined]
+    env.close()
+    call = f'<tool_call>{{"name": "meters_per", "arguments": {{"unit": "{unit}"}}}}</tool_call>'
+    rate = {"kilometer": 1000.0, "mile": 1609.344, "yard": 0.9144}[unit]
+    typed = f"{call}\n{amount * rate}\n"
+    result = runner.invoke(app, ["play", "custom_env:example/Convert-v0", "--seed", "0"], input=typed)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, text
+    assert "reward 1; task convert-" in text, text
+    bad = runner.invoke(app, ["play", "no_such_module:example/Convert-v0"])
+    assert bad.exit_code == 2 and "cannot import env module 'no_such_module'" in bad.output
+
+
+def test_commands_find_the_model_you_have_or_say_which_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srt_agent.paths import resolve_model_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SRT_AGENT_MODEL", raising=False)
+    with pytest.raises(FileNotFoundError, match="build one with `srt-agent build-model`"):
+        resolve_model_dir(None)
+    (tmp_path / "runs" / "tool-choice-model").mkdir(parents=True)
+    (tmp_path / "runs" / "tool-choice-model" / "config.json").write_text("{}")
+    path, note = resolve_model_dir(None)  # the quickstart's model, the only one there
+    assert path == Path("runs/tool-choice-model") and "the only one under runs/" in note
+    (tmp_path / "runs" / "other").mkdir()
+    (tmp_path / "runs" / "other" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="models found: runs/other, runs/tool-choice-model; pick one"):
+        resolve_model_dir(None)
+    result = runner.invoke(app, ["eval", "--env", "srt/Calculater-v0"])
+    assert result.exit_code == 2 and "unknown env id" in result.output  # before any model is looked for

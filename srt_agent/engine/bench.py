@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from srt_agent.console import make_console
 from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.engine.types import GenerationRequest, SamplingParams
@@ -167,7 +168,6 @@ def _run(
 
 def print_bench_table(record: dict[str, float | int | str]) -> None:
     """Print a bench record as a rich table (one row per batch size)."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"TorchEngine vs HF generate ({record['params']:,} params, float32, greedy)")
@@ -184,7 +184,7 @@ def print_bench_table(record: dict[str, float | int | str]) -> None:
             f"{record[f'speedup_b{b}']:.2f}x",
             f"{record[f'speedup_b{b}_e2e']:.2f}x",
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 def bench_engine(

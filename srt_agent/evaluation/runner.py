@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.chat_format import ChatFormat
+from srt_agent.console import make_console
 from srt_agent.engine.types import Engine
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
@@ -212,7 +213,7 @@ def eval_command(
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),
         2 bad arguments (unknown env, bad options, unloadable model, bad counts).
     """
-    out = console or Console()
+    out = console or make_console()
     try:
         # Checked before the run: results that cannot be written after it would be lost.
         for path, what in ((json_path, "--json"), (trace_path, "--trace")):

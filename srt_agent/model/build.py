@@ -29,11 +29,11 @@ import numpy as np
 import tokenizers
 import torch
 import transformers
-from rich.console import Console
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import srt_agent
 from srt_agent.chat_format import ChatFormat
+from srt_agent.console import make_console
 from srt_agent.model.demos import DemoSource, check_sources, demo_texts
 from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
 from srt_agent.model.sft import Example, SFTConfig, resolve_device, train
@@ -292,7 +292,7 @@ def build_model(
     out = Path(out_dir)
     _check_out_dir(out, force)
     resolve_device(cfg.sft.device)  # fail before minutes of preprocessing
-    console = Console(quiet=not show_progress)
+    console = make_console(quiet=not show_progress)
     t0 = time.perf_counter()
     keep_freed_memory()
     with _reproducible(seed, cfg.threads):

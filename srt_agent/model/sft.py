@@ -13,6 +13,7 @@ plain forward) and about 1.5x faster.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -218,7 +219,9 @@ def batch_loss(
         cache = base(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
         cache.batch_repeat_interleave(ids.shape[0])
     # With a cache, positions continue after the prefix; the mask covers prefix + own tokens.
-    hidden = base(input_ids=ids[:, prefix:], attention_mask=attn, past_key_values=cache).last_hidden_state
+    # transformers 5.x renamed the forward argument (the old name warns); 4.x knows only the old one.
+    name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    hidden = base(input_ids=ids[:, prefix:], attention_mask=attn, **{name: cache}).last_hidden_state
     labels = inputs["labels"][:, prefix + 1 :]  # (B, T'): token t is predicted from position t - 1
     valid = labels != IGNORE_INDEX
     # The LM head (a large share of a small model's compute) runs only where there is a label.

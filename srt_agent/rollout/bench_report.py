@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from srt_agent.console import make_console
 from srt_agent.rollout.bench import (
     CONFIGS,
     HF_CONFIGS,
@@ -218,11 +219,9 @@ def bench_rollout(
     Raises:
         FileNotFoundError: The model directory does not exist.
     """
-    from rich.console import Console
-
     from srt_agent.rollout.bench import run_rollout_bench
 
-    out = console or Console()
+    out = console or make_console()
 
     def progress(r: RoundResult) -> None:
         m = r.metrics

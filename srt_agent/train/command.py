@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.console import make_console
 from srt_agent.paths import OutputPathError, check_output_dir, check_output_file
 from srt_agent.registration import UnknownEnvError, check_env_id
 from srt_agent.train.checkpoint import latest_checkpoint
@@ -90,7 +91,7 @@ def train_command(
     Returns:
         The exit code: 0 done, 2 bad config or arguments (the message says what to fix).
     """
-    out = console or Console()
+    out = console or make_console()
     t0 = time.perf_counter()
     try:
         cfg = load_config(config, overrides)
