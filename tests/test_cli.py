@@ -150,3 +150,22 @@ def test_commands_find_the_model_you_have_or_say_which_exist(
         resolve_model_dir(None)
     result = runner.invoke(app, ["eval", "--env", "srt/Calculater-v0"])
     assert result.exit_code == 2 and "unknown env id" in result.output  # before any model is looked for
+
+
+def test_heartbeat_prints_progress_where_bars_cannot_show() -> None:
+    import io
+
+    from rich.console import Console
+
+    from srt_agent.console import Heartbeat
+
+    piped = io.StringIO()
+    beat = Heartbeat(Console(file=piped, width=100), "SFT step", 300, every_s=3600)
+    for i in range(1, 301):
+        beat.update(i, "loss 0.5")
+    assert piped.getvalue().splitlines() == ["SFT step 300/300 loss 0.5 (0 s)"]  # rate-limited, then the end
+    shown = io.StringIO()
+    live = Heartbeat(Console(file=shown, force_terminal=True), "SFT step", 3, every_s=0)
+    for i in range(1, 4):
+        live.update(i)
+    assert shown.getvalue() == ""  # a terminal shows the live bar instead

@@ -32,6 +32,8 @@ from rich.progress import (
 )
 from transformers import PreTrainedModel
 
+from srt_agent.console import Heartbeat
+
 IGNORE_INDEX = -100
 """Label of tokens without loss (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
 
@@ -301,6 +303,7 @@ def train(
     )
     with Progress(*columns, disable=not show_progress) as progress:
         task = progress.add_task("sft", total=cfg.steps, loss=float("nan"), tps=0.0)
+        beat = Heartbeat(progress.console, "SFT step", cfg.steps) if show_progress else None
         for _, batch in zip(range(cfg.steps), batches(examples, cfg.batch_tokens, rng), strict=False):
             inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
             loss, plain = batch_loss(model, inputs, shared_prefix(batch) if cfg.share_prefix else 0)
@@ -313,7 +316,10 @@ def train(
             tokens += int(inputs["attention_mask"].sum())
             loss_tokens += int((inputs["labels"] != IGNORE_INDEX).sum())
             smooth = sum(losses[-10:]) / len(losses[-10:])
-            progress.update(task, advance=1, loss=smooth, tps=tokens / (time.perf_counter() - t0))
+            tps = tokens / (time.perf_counter() - t0)
+            progress.update(task, advance=1, loss=smooth, tps=tps)
+            if beat is not None:
+                beat.update(len(losses), f"loss {smooth:.3f} {tps:,.0f} tok/s")
     model.train(False)
     tail = losses[-max(1, len(losses) // 10) :]
     return SFTStats(

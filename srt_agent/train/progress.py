@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from srt_agent.console import Heartbeat
 from srt_agent.rollout.scheduler import ProgressCallback
 from srt_agent.rollout.trajectory import Trajectory
 
@@ -37,6 +38,8 @@ class TrainProgress:
             disable=disable,
         )
         self._steps = self._progress.add_task("steps", total=total_steps, completed=done_steps, info="")
+        self._done = done_steps
+        self._beat = None if disable else Heartbeat(self._progress.console, "step", total_steps)
         self._phase = self._progress.add_task("", total=1, info="", visible=False)
         self._solved = 0
 
@@ -60,6 +63,9 @@ class TrainProgress:
         if record.get("srt_speedup") is not None:
             info += f"  SRT x{record['srt_speedup']:.2f}"
         self._progress.update(self._steps, advance=1, info=info)
+        self._done += 1
+        if self._beat is not None:
+            self._beat.update(self._done, info)
 
     def __enter__(self) -> TrainProgress:
         self._progress.start()
