@@ -35,7 +35,7 @@ def test_shipped_configs_load(name: str) -> None:
 
 def test_quickstart_is_grpo_with_srt_on_and_fits_one_screen() -> None:
     cfg = load_config(QUICKSTART)
-    assert (cfg.algo.estimator, cfg.spec.enabled, cfg.spec.run_ahead) == ("grpo", True, True)
+    assert (cfg.algo.estimator, cfg.spec.enabled, cfg.spec.run_ahead.enabled) == ("grpo", True, True)
     assert cfg.model.dir == Path("runs/tool-choice-model") and cfg.model.build_if_missing
     assert cfg.model.build_preset == "tool-choice"
     assert cfg.algo.clip_high == 0.28 and cfg.rollout.n == 8
@@ -149,3 +149,34 @@ def test_importing_the_config_does_not_import_torch() -> None:
     code = "import sys, srt_agent.config; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_rollout_and_run_ahead_options_are_the_components_own() -> None:
+    import subprocess
+    import sys
+
+    from srt_agent.config import ConfigError, load_config
+    from srt_agent.config.sections import RolloutSection, SpecSection
+    from srt_agent.rollout.config import RunAheadConfig
+
+    # Declared once: the section adds only what a training step needs on top of the scheduler's.
+    own = set(RolloutSection.__annotations__) - {"model_config"}
+    assert own == {"prompts_per_step", "n"}
+    assert SpecSection.model_fields["run_ahead"].annotation is RunAheadConfig
+    cfg = load_config("configs/quickstart.yaml", ["spec.run_ahead.max_in_flight=2", "rollout.top_k=20"])
+    assert cfg.spec.run_ahead == RunAheadConfig(max_in_flight=2) and cfg.rollout_config().top_k == 20
+    assert not load_config("configs/quickstart.yaml", ["spec.run_ahead=false"]).spec.run_ahead.enabled
+    for bad, message in (
+        ("rollout.seed=3", "set by trainer.seed"),
+        ("rollout.temperature=0", "> 0 for training"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config("configs/quickstart.yaml", [bad])
+    # Parsing a run config stays light: no torch, no transformers.
+    code = (
+        "import sys, srt_agent.config as c; c.load_config('configs/quickstart.yaml'); "
+        "print('torch' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    )

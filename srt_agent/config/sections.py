@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from srt_agent.config.base import Section
 from srt_agent.paths import default_model_dir
+from srt_agent.rollout.config import RolloutConfig, RunAheadConfig  # light: pydantic only
 from srt_agent.spec import TreeCacheConfig
 from srt_agent.spec.config import SpecConfig
-
-if TYPE_CHECKING:  # the rollout package imports the chat format (transformers): keep config light
-    from srt_agent.rollout.config import RolloutConfig
 
 EVAL_SEED_END = 10_000_000
 """Evaluation seeds stay below this (``srt_agent.evaluation.runner.EVAL_SEED_END``; from here up
@@ -97,26 +95,32 @@ class EnvSection(Section):
     )
 
 
-class RolloutSection(Section):
-    """How each training step samples episodes (``rollout``).
+class RolloutSection(RolloutConfig):
+    """How each training step samples episodes (``rollout``): the scheduler's :class:`RolloutConfig`.
 
-    A step rolls out ``prompts_per_step`` tasks ``n`` times each; the ``n`` samples of a task form
-    the group that GRPO-style estimators compare.
+    Every sampling and scheduling option is the scheduler's own field (one declaration, one
+    default, one bound); a step rolls out ``prompts_per_step`` tasks ``n`` times each, and the
+    ``n`` samples of a task form the group that GRPO-style estimators compare. ``max_turns`` and
+    ``seed`` come from ``env.max_turns`` and ``trainer.seed``.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     prompts_per_step: int = Field(default=8, ge=1, description="Tasks (prompts) per training step.")
     n: int = Field(default=8, ge=1, le=1024, description="Samples per prompt (the group size).")
-    temperature: float = Field(
-        default=1.0, gt=0.0, le=10.0, description="Sampling temperature (> 0: training needs a distribution)."
-    )
-    top_p: float = Field(
-        default=1.0,
-        gt=0.0,
-        le=1.0,
-        description="Nucleus threshold. Below 1 the trainer cannot reproduce the sampling distribution.",
-    )
-    max_new_tokens: int = Field(default=256, ge=1, description="Most tokens per assistant turn.")
-    max_concurrent: int = Field(default=64, ge=1, description="Episodes in flight at once.")
+
+    @model_validator(mode="after")
+    def _for_training(self) -> RolloutSection:
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 for training (got {self.temperature}): the policy gradient "
+                "needs the sampling distribution; greedy rollouts are for `srt-agent eval --temperature 0`"
+            )
+        # Their values here are never used; a written-out config carries the defaults, which pass.
+        for key, where, default in (("max_turns", "env.max_turns", None), ("seed", "trainer.seed", 0)):
+            if getattr(self, key) != default:
+                raise ValueError(f"rollout.{key} is set by {where}; set it there")
+        return self
 
     @property
     def episodes_per_step(self) -> int:
@@ -129,20 +133,9 @@ class RolloutSection(Section):
         Args:
             max_turns: ``env.max_turns``.
             seed: Base of the sampling seeds (the trainer varies it per step).
-
-        Returns:
-            A :class:`srt_agent.rollout.config.RolloutConfig`.
         """
-        from srt_agent.rollout.config import RolloutConfig
-
-        return RolloutConfig(
-            max_concurrent=self.max_concurrent,
-            max_turns=max_turns,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens,
-            seed=seed,
-        )
+        fields = set(RolloutConfig.model_fields) - {"max_turns", "seed"}
+        return RolloutConfig(**self.model_dump(include=fields), max_turns=max_turns, seed=seed)
 
 
 class SpecSection(SpecConfig):
@@ -152,13 +145,19 @@ class SpecSection(SpecConfig):
     its default and validation, so the two cannot drift apart.
     """
 
-    run_ahead: bool = Field(
-        default=True,
-        description="Fill idle batch rows (episodes waiting on tools) with work that only feeds the cache.",
+    run_ahead: RunAheadConfig = Field(
+        default_factory=RunAheadConfig,
+        description="Fill idle batch rows (episodes waiting on tools) with work that only feeds the cache "
+        "(`true`/`false` is short for `{enabled: ...}`).",
     )
     cache: TreeCacheConfig = Field(
         default_factory=TreeCacheConfig, description="The tree cache (`cache.byte_budget` bounds its memory)."
     )
+
+    @field_validator("run_ahead", mode="before")
+    @classmethod
+    def _run_ahead_shorthand(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
 
     def engine_config(self) -> SpecConfig:
         """The plain engine options (without ``run_ahead`` and ``cache``)."""

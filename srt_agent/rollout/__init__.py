@@ -11,31 +11,79 @@
 * :class:`RolloutProgress`: a rich progress bar; :class:`ScriptedEngine`: a test double.
 """
 
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
-from srt_agent.rollout.episode import EpisodeHooks
-from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats
-from srt_agent.rollout.progress import RolloutProgress
-from srt_agent.rollout.runahead import RunAhead, RunAheadConfig
-from srt_agent.rollout.scheduler import (
-    ProgressCallback,
-    RolloutBatch,
-    RolloutScheduler,
-    rollout_sync,
-    run_rollouts,
-)
-from srt_agent.rollout.testing import ScriptedEngine
-from srt_agent.rollout.tool_memo import ToolMemo
-from srt_agent.rollout.trace import (
-    TRACE_SCHEMA,
-    TraceFormatError,
-    TraceTurn,
-    episode_prefix,
-    iter_trace,
-    read_trace,
-    trace_turns,
-    write_trace,
-)
-from srt_agent.rollout.trajectory import Status, Trajectory, TurnRecord, json_safe
+# Exports load on first use (PEP 562): ``srt_agent.rollout.config`` is part of the run config, and
+# parsing a config must not import torch and transformers, which the scheduler's modules do.
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig, sampling_seed
+    from srt_agent.rollout.episode import EpisodeHooks
+    from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats
+    from srt_agent.rollout.progress import RolloutProgress
+    from srt_agent.rollout.runahead import RunAhead
+    from srt_agent.rollout.scheduler import (
+        ProgressCallback,
+        RolloutBatch,
+        RolloutScheduler,
+        rollout_sync,
+        run_rollouts,
+    )
+    from srt_agent.rollout.testing import ScriptedEngine
+    from srt_agent.rollout.tool_memo import ToolMemo
+    from srt_agent.rollout.trace import (
+        TRACE_SCHEMA,
+        TraceFormatError,
+        TraceTurn,
+        episode_prefix,
+        iter_trace,
+        read_trace,
+        trace_turns,
+        write_trace,
+    )
+    from srt_agent.rollout.trajectory import Status, Trajectory, TurnRecord, json_safe
+
+_EXPORTS = {
+    "EpisodeSpec": "srt_agent.rollout.config",
+    "RolloutConfig": "srt_agent.rollout.config",
+    "RunAheadConfig": "srt_agent.rollout.config",
+    "sampling_seed": "srt_agent.rollout.config",
+    "EpisodeHooks": "srt_agent.rollout.episode",
+    "RolloutMetrics": "srt_agent.rollout.metrics",
+    "RunAheadStats": "srt_agent.rollout.metrics",
+    "RolloutProgress": "srt_agent.rollout.progress",
+    "RunAhead": "srt_agent.rollout.runahead",
+    "ProgressCallback": "srt_agent.rollout.scheduler",
+    "RolloutBatch": "srt_agent.rollout.scheduler",
+    "RolloutScheduler": "srt_agent.rollout.scheduler",
+    "rollout_sync": "srt_agent.rollout.scheduler",
+    "run_rollouts": "srt_agent.rollout.scheduler",
+    "ScriptedEngine": "srt_agent.rollout.testing",
+    "ToolMemo": "srt_agent.rollout.tool_memo",
+    "TRACE_SCHEMA": "srt_agent.rollout.trace",
+    "TraceFormatError": "srt_agent.rollout.trace",
+    "TraceTurn": "srt_agent.rollout.trace",
+    "episode_prefix": "srt_agent.rollout.trace",
+    "iter_trace": "srt_agent.rollout.trace",
+    "read_trace": "srt_agent.rollout.trace",
+    "trace_turns": "srt_agent.rollout.trace",
+    "write_trace": "srt_agent.rollout.trace",
+    "Status": "srt_agent.rollout.trajectory",
+    "Trajectory": "srt_agent.rollout.trajectory",
+    "TurnRecord": "srt_agent.rollout.trajectory",
+    "json_safe": "srt_agent.rollout.trajectory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "TRACE_SCHEMA",

@@ -46,9 +46,8 @@ import torch
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.engine.types import Engine, GenerationRequest, SamplingParams
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.metrics import RolloutMetrics
-from srt_agent.rollout.runahead import RunAheadConfig
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
 from srt_agent.spec.cache_types import TreeCacheConfig
 from srt_agent.spec.config import SpecConfig

@@ -1,15 +1,20 @@
-"""What to roll out (:class:`EpisodeSpec`) and how (:class:`RolloutConfig`)."""
+"""What to roll out (:class:`EpisodeSpec`) and how (:class:`RolloutConfig`, :class:`RunAheadConfig`).
+
+Light on purpose (pydantic only): the run config composes these models, and parsing a config must
+not import torch.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from srt_agent.engine.types import SamplingParams
+if TYPE_CHECKING:
+    from srt_agent.engine.types import SamplingParams
 
 
 class RolloutConfig(BaseModel):
@@ -31,7 +36,7 @@ class RolloutConfig(BaseModel):
     temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
     top_k: int = Field(default=0, ge=0, description="Keep only the k most likely tokens (0 disables).")
-    max_new_tokens: int = Field(default=512, ge=1, description="Most tokens per assistant turn.")
+    max_new_tokens: int = Field(default=256, ge=1, description="Most tokens per assistant turn.")
     min_room_tokens: int = Field(
         default=16,
         ge=1,
@@ -56,6 +61,8 @@ class RolloutConfig(BaseModel):
         ``max_new_tokens`` is clamped to the context left; ``None`` means less than
         :attr:`turn_room` is left.
         """
+        from srt_agent.engine.types import SamplingParams  # torch: imported when rolling out
+
         room = max_context - prompt_len
         if room < self.turn_room:
             return None
@@ -67,6 +74,33 @@ class RolloutConfig(BaseModel):
             stop_token_ids=stop_token_ids,
             seed=seed,
         )
+
+
+class RunAheadConfig(BaseModel):
+    """Options of run-ahead generation (``spec.run_ahead`` in a run config).
+
+    In a run config, ``true`` / ``false`` is short for ``{enabled: true}`` / ``{enabled: false}``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(default=True, description="Generate ahead into the tree cache while episodes wait.")
+    max_in_flight: int = Field(
+        default=8, ge=1, description="Most run-ahead requests on the engine at once (each holds a row)."
+    )
+    capacity: int | None = Field(
+        default=None,
+        ge=1,
+        description="Engine rows shared by live and run-ahead requests; run-ahead only uses rows live "
+        "requests leave free. Default: the rollout's max_concurrent.",
+    )
+    announce_samples: int = Field(
+        default=1, ge=1, le=64, description="Run-ahead continuations per announced first-turn state."
+    )
+    predict_tools: bool = Field(
+        default=True, description="Run ahead of post-tool states whose tool results the memo knows."
+    )
+    max_queue: int = Field(default=4096, ge=1, description="Most queued jobs; the oldest are dropped.")
 
 
 @dataclass(frozen=True)

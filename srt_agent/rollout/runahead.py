@@ -35,41 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.engine.types import Engine, GenerationRequest, state_key
 from srt_agent.messages import Message
-from srt_agent.rollout.config import RolloutConfig, sampling_seed
+from srt_agent.rollout.config import RolloutConfig, RunAheadConfig, sampling_seed
 from srt_agent.rollout.metrics import RunAheadStats
 from srt_agent.rollout.tool_memo import ToolMemo
 from srt_agent.tool_parser import parse_tool_calls
 
 logger = logging.getLogger("srt_agent.rollout")
-
-
-class RunAheadConfig(BaseModel):
-    """Options of run-ahead generation (the ``rollout.runahead`` section of a run config)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = Field(default=True, description="Generate ahead into the tree cache while episodes wait.")
-    max_in_flight: int = Field(
-        default=8, ge=1, description="Most run-ahead requests on the engine at once (each holds a row)."
-    )
-    capacity: int | None = Field(
-        default=None,
-        ge=1,
-        description="Engine rows shared by live and run-ahead requests; run-ahead only uses rows live "
-        "requests leave free. Default: the rollout's max_concurrent.",
-    )
-    announce_samples: int = Field(
-        default=1, ge=1, le=64, description="Run-ahead continuations per announced first-turn state."
-    )
-    predict_tools: bool = Field(
-        default=True, description="Run ahead of post-tool states whose tool results the memo knows."
-    )
-    max_queue: int = Field(default=4096, ge=1, description="Most queued jobs; the oldest are dropped.")
 
 
 JobSource = Literal["announce", "tool"]

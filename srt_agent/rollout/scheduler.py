@@ -25,10 +25,10 @@ from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.engine.types import Engine, GenerationRequest
 from srt_agent.messages import Message
 from srt_agent.registration import make
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
-from srt_agent.rollout.runahead import RunAhead, RunAheadConfig
+from srt_agent.rollout.runahead import RunAhead
 from srt_agent.rollout.trajectory import Trajectory
 from srt_agent.spec.stats import SpecStats
 

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -72,7 +71,10 @@ class Rollouts:
     ) -> None:
         self.cfg, self.model_dir, self.fmt, self.cache, self.device = cfg, model_dir, fmt, cache, device
         self.engine = self._engine(cache)
-        self.scheduler = RolloutScheduler(self.engine, fmt, cfg.rollout_config(), **_runahead_option(cfg))
+        ahead = cfg.spec.run_ahead
+        self.scheduler = RolloutScheduler(
+            self.engine, fmt, cfg.rollout_config(), runahead=ahead if ahead.enabled else None
+        )
         self._baseline: TorchEngine | None = None
         self._baseline_stale = True
         self._weights: Mapping[str, torch.Tensor] | None = None
@@ -106,7 +108,7 @@ class Rollouts:
         Args:
             specs: This step's episodes.
             announce: The next step's episodes; passed to the scheduler's ``announce`` if it has one
-                and ``spec.run_ahead`` is on (their output only feeds the tree cache).
+                and ``spec.run_ahead.enabled`` (their output only feeds the tree cache).
             progress: Called with each finished trajectory.
 
         Returns:
@@ -114,7 +116,7 @@ class Rollouts:
         """
         self.engine.spec_stats(reset=True)  # count this call only (evaluations ran in between)
         self.scheduler.progress = progress
-        ahead = announce if self.cfg.spec.run_ahead else ()
+        ahead = announce if self.cfg.spec.run_ahead.enabled else ()
         t0 = time.perf_counter()
         trajectories = _run(self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent)
         seconds = time.perf_counter() - t0
@@ -203,21 +205,6 @@ def _run(coro: object, max_concurrent: int) -> list[Trajectory]:
         return result
 
     return asyncio.run(main())
-
-
-def _runahead_option(cfg: RunConfig) -> dict[str, Any]:
-    """``runahead=RunAheadConfig()`` for a scheduler that takes one, when ``spec.run_ahead`` is on.
-
-    Guarded: the run-ahead queue is newer than this trainer, and a scheduler without it still
-    trains (run-ahead only warms the tree cache).
-    """
-    if not cfg.spec.run_ahead or "runahead" not in inspect.signature(RolloutScheduler).parameters:
-        return {}
-    try:
-        from srt_agent.rollout.runahead import RunAheadConfig
-    except ImportError:
-        return {}
-    return {"runahead": RunAheadConfig()}
 
 
 _SCHEDULER_KEYS = ("runahead_", "hit_rate_", "tool_wait_s", "idle_s", "generation_s")
