@@ -38,11 +38,12 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from srt_agent.contracts.draft import DraftTree
 from srt_agent.rollout.trace import iter_trace
-from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 try:
-    from srt_agent.spec.draft import DraftQuery, StreamUpdate
+    from srt_agent.contracts.draft import DraftQuery, StreamUpdate
 except ImportError:  # an older tree (PYTHONPATH=<checkout of it>): only the search mode runs
     DraftQuery = StreamUpdate = None  # type: ignore[assignment,misc]
 

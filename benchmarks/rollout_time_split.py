@@ -42,7 +42,7 @@ from srt_agent.engine.checkpoint import read_state_dict
 from srt_agent.paths import default_model_dir
 from srt_agent.rollout import bench
 from srt_agent.rollout.bench_peers import drift_weights
-from srt_agent.spec import TreeCache
+from srt_agent.tree_cache import TreeCache
 
 SECONDS: defaultdict[str, float] = defaultdict(float)
 CPU: defaultdict[str, float] = defaultdict(float)

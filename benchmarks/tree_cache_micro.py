@@ -24,7 +24,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
+from srt_agent.contracts.draft import DraftTree
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 Groups = list[tuple[str, str, list[list[int]]]]
 

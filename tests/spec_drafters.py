@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftSource, DraftSourceBase, DraftTree, StreamKind
+from srt_agent.contracts.draft import EMPTY_DRAFT, DraftSource, DraftSourceBase, DraftTree, StreamKind
 
 
 def chain(tokens: Sequence[int], prob: float = 1.0, source: DraftSource = "exact") -> DraftTree:

@@ -10,7 +10,7 @@ distribution (cells expecting fewer than 5 samples pooled). A sampled continuati
 trees are deeper than the window (every step verifies up to five draft tokens).
 
 Seeded outputs do not depend on the drafts at all (the d-th token of a verify step uses the d-th
-uniform of the request's stream, as plain decoding does; see srt_agent.spec.verify);
+uniform of the request's stream, as plain decoding does; see srt_agent.engine.speculation.verify);
 test_engine_spec.py checks that sample by sample. The slow tier therefore gives each draft kind its
 own seeds, so that its three tests are independent.
 """
@@ -28,9 +28,9 @@ from transformers import AutoModelForCausalLM
 
 from srt_agent.engine.random_model import save_random_model
 from srt_agent.engine.sampling import RowParams, processed_logprobs
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.engine.types import GenerationRequest, SamplingParams
-from srt_agent.spec.config import SpecConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -172,7 +172,7 @@ def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case
 def test_speculative_samples_follow_the_exact_distribution_per_draft_kind(
     model_dir: Path, case: str, mode: str
 ) -> None:
-    # Seeded outputs do not depend on the drafts (see srt_agent.spec.verify), so each draft kind
+    # Seeded outputs do not depend on the drafts (see srt_agent.engine.speculation.verify), so each draft kind
     # gets its own seeds: three independent samples, not one sample drafted three ways.
     first_seed = {"good": 10**6, "bad": 2 * 10**6, "partial": 3 * 10**6}[mode]
     counts, joint, _ = _sample(model_dir, CASES[case], (mode,), 10_000, first_seed)

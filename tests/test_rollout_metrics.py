@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
 
+from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.engine.types import GenerationRequest
 from srt_agent.evaluation import run_eval
 from srt_agent.rollout import (
@@ -18,7 +19,6 @@ from srt_agent.rollout import (
     run_rollouts,
 )
 from srt_agent.rollout.metrics import Timeline, spec_delta
-from srt_agent.spec.stats import SpecStats
 from srt_agent.tool_parser import format_tool_call
 
 NAP_S = 0.2

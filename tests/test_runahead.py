@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from test_rollout_support import save_tiny_llama, tiny_format, turn_of
 
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.engine.types import GenerationRequest, state_key
 from srt_agent.messages import tool_result, user
@@ -19,9 +20,8 @@ from srt_agent.rollout import (
     ToolMemo,
     rollout_sync,
 )
-from srt_agent.spec import TreeCache
-from srt_agent.spec.config import SpecConfig
 from srt_agent.tool_parser import format_tool_call, parse_tool_calls
+from srt_agent.tree_cache import TreeCache
 
 CALC = "srt/Calculator-v0"
 GUESS = "srt/GuessNumber-v0"

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from srt_agent.spec.budget import Acceptance, CostModel, ForwardTime, subtree
-from srt_agent.spec.config import SpecConfig
-from srt_agent.spec.draft import DraftTree
+from srt_agent.contracts.draft import DraftTree
+from srt_agent.engine.speculation.budget import Acceptance, CostModel, ForwardTime, subtree
+from srt_agent.engine.speculation.config import SpecConfig
 
 
 def _chain(n: int, prob: float = 1.0, source: str = "exact") -> DraftTree:
@@ -265,8 +265,8 @@ def test_rank_equals_sorting_by_probability_then_depth() -> None:
 
     from spec_drafters import random_tree
 
-    from srt_agent.spec import TreeCache
-    from srt_agent.spec.budget import _node_stats
+    from srt_agent.engine.speculation.budget import _node_stats
+    from srt_agent.tree_cache import TreeCache
 
     def reference(model: CostModel, draft: DraftTree, group: str) -> tuple[tuple[int, ...], list[float]]:
         q, depth = _node_stats(draft)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from srt_agent.engine.sampling import RowParams, sample
+from srt_agent.engine.speculation.verify import TreeWalk, Verdict, accept
 from srt_agent.engine.types import SamplingParams
-from srt_agent.spec.verify import TreeWalk, Verdict, accept
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from srt_agent.spec import (
-    DraftSourceProtocol,
-    DraftTree,
-    TreeCache,
-    TreeCacheConfig,
-    TreeCacheStats,
-)
+from srt_agent.contracts.draft import DraftSourceProtocol, DraftTree
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig, TreeCacheStats
 
 
 def paths(draft: DraftTree) -> dict[tuple[int, ...], float]:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
-from srt_agent.spec.draft import DraftQuery, StreamUpdate
+from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 
 def q(stream: str, generated: list[int], budget: int = 8, state: str = "s", task: str = "T") -> DraftQuery:
@@ -95,8 +95,8 @@ def test_extend_many_applies_the_valid_updates_and_names_the_bad_ones() -> None:
 
 
 def test_index_keys_from_a_path_equal_the_walk_up_the_tree() -> None:
-    from srt_agent.spec.prefix_tree import Node, add_child
-    from srt_agent.spec.suffix_index import node_keys, path_keys
+    from srt_agent.tree_cache.prefix_tree import Node, add_child
+    from srt_agent.tree_cache.suffix_index import node_keys, path_keys
 
     rng = random.Random(1)
     root = Node(-1, None, 0)

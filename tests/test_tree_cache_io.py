@@ -10,7 +10,8 @@ import pytest
 
 from srt_agent.engine.types import state_key
 from srt_agent.rollout import TraceFormatError, TraceTurn
-from srt_agent.spec import (
+from srt_agent.rollout.trace import ingest_trace
+from srt_agent.tree_cache import (
     TREE_CACHE_FORMAT,
     CacheFileError,
     CacheIntegrityError,
@@ -170,7 +171,7 @@ def trace_line(episode: int, turn: int, prefix: list[int], new_prompt: list[int]
     ).to_json()
 
 
-def test_from_trace_warms_the_cache(tmp_path: Path) -> None:
+def test_a_trace_warms_the_cache(tmp_path: Path) -> None:
     prompt, gen0, obs, gen1 = [1, 2, 3], [10, 11, 12], [20, 21], [30, 31]
     lines = [
         trace_line(0, 0, prompt, prompt, gen0),
@@ -179,7 +180,8 @@ def test_from_trace_warms_the_cache(tmp_path: Path) -> None:
     ]
     path = tmp_path / "trace.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    cache = TreeCache.from_trace(path)
+    cache = TreeCache()
+    assert ingest_trace(cache, path) == 3
     assert len(cache) == 2 and cache.stats().tokens_added == 7
     draft = cache.draft(state_key(prompt), "calc-1", prompt, [10], budget=4)
     assert (draft.source, set(draft.token_ids)) == ("exact", {11, 12, 13})
@@ -187,4 +189,4 @@ def test_from_trace_warms_the_cache(tmp_path: Path) -> None:
     assert cache.draft(state_key(turn1), "calc-1", turn1, [], budget=4).token_ids == (30, 31)
     path.write_text(lines[0] + "\n{broken\n")
     with pytest.raises(TraceFormatError, match=":2:"):
-        TreeCache().ingest_trace(path)
+        ingest_trace(TreeCache(), path)

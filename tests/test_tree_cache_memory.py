@@ -7,7 +7,7 @@ import json
 import random
 import tracemalloc
 
-from srt_agent.spec import TreeCache
+from srt_agent.tree_cache import TreeCache
 
 
 def workload(states: int = 16, group: int = 8, length: int = 160, vocab: int = 30_000) -> list[tuple]:

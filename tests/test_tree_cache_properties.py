@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tree_cache_reference import ReferenceCache
 
-from srt_agent.spec import DraftTree, TreeCache, TreeCacheConfig
+from srt_agent.contracts.draft import DraftTree
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 THOROUGH = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from chat_fixtures import tiny_tokenizer
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.contracts.draft import DraftTree
 from srt_agent.engine.types import state_key
 from srt_agent.messages import system, tool_result, user
-from srt_agent.spec import DraftTree, TreeCache
+from srt_agent.tree_cache import TreeCache
 
 TASK = "calculator-2+2"
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Math.", "parameters": {}}}]

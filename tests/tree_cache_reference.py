@@ -1,4 +1,4 @@
-"""A naive reference for srt_agent.spec.TreeCache: raw sequences in lists, drafts by brute force.
+"""A naive reference for srt_agent.tree_cache.TreeCache: raw sequences in lists, drafts by brute force.
 
 Nothing here is shared with the real implementation. Every tree node of the real cache is, here,
 a pair (state, path) such that some sequence of the state starts with the path; its count is the

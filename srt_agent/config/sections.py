@@ -8,10 +8,10 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from srt_agent.config.base import Section
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.paths import default_model_dir
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig  # light: pydantic only
-from srt_agent.spec import TreeCacheConfig
-from srt_agent.spec.config import SpecConfig
+from srt_agent.tree_cache import TreeCacheConfig
 
 EVAL_SEED_END = 10_000_000
 """Evaluation seeds stay below this (``srt_agent.evaluation.runner.EVAL_SEED_END``; from here up

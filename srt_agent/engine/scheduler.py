@@ -7,7 +7,7 @@ admitted whenever rows are free, prefilled together (padded, under a token budge
 next decode step: sequences join and leave the batch independently. Live requests are admitted
 before run-ahead ones and take the rows of running run-ahead sequences when the batch is full.
 
-With a :class:`~srt_agent.engine.speculative.Speculator`, a decode step may verify draft trees and
+With a :class:`~srt_agent.engine.speculation.speculator.Speculator`, a decode step may verify draft trees and
 emit several tokens per row; each row then commits its tokens one by one (stop conditions can cut
 an accepted path) and its KV cache row is compacted to the accepted path.
 """
@@ -26,9 +26,9 @@ from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
-from srt_agent.engine.speculative import Emitted, Speculator, sync
+from srt_agent.engine.speculation.speculator import Emitted, Speculator, sync
+from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.types import FinishReason
-from srt_agent.spec.stats import SpecCounters
 
 __all__ = ["Detokenizer", "Scheduler", "SequenceState"]
 

@@ -7,8 +7,8 @@ otherwise drains the queue between decode steps, so new requests join the runnin
 next step. Weight updates run on the worker too, between two steps, never inside a forward.
 
 With a draft source (the tree cache), decode steps verify draft trees exactly (see
-:mod:`srt_agent.engine.speculative` and :mod:`srt_agent.spec.verify`): outputs are distributed as
-without speculation, and a seeded request gets the same tokens either way.
+:mod:`srt_agent.engine.speculation.speculator` and :mod:`srt_agent.engine.speculation.verify`):
+outputs are distributed as without speculation, and a seeded request gets the same tokens either way.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any, TypeVar
 
 import torch
 
+from srt_agent.contracts.draft import DraftSourceProtocol
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
-from srt_agent.engine.speculative import Speculator
+from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.speculator import Speculator
+from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
 from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
-from srt_agent.spec.config import SpecConfig
-from srt_agent.spec.draft import DraftSourceProtocol
-from srt_agent.spec.stats import SpecCounters, SpecStats
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ were reported to the draft source)."""
 Priority = Literal["live", "runahead"]
 """Live requests feed trajectories; run-ahead requests only fill the draft source (the tree cache), are
 admitted after live ones and preempted when live ones need their rows. The values are those of
-:data:`srt_agent.spec.draft.StreamKind`, the kind the engine reports to the draft source."""
+:data:`srt_agent.contracts.draft.StreamKind`, the kind the engine reports to the draft source."""
 
 
 class PromptTooLongError(ValueError):

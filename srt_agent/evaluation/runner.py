@@ -68,7 +68,7 @@ def load_model(
     Args:
         model_dir: HF model directory with a tokenizer and chat template.
         max_batch_size: Most sequences the engine decodes at once.
-        spec: Speculate (SRT): give the engine a fresh :class:`~srt_agent.spec.TreeCache` as its
+        spec: Speculate (SRT): give the engine a fresh :class:`~srt_agent.tree_cache.TreeCache` as its
             draft source, so every turn is drafted from the cache and feeds it.
         num_threads: Torch threads (process-wide); ``None`` keeps torch's setting.
 
@@ -76,7 +76,7 @@ def load_model(
         ModelLoadError: The directory is missing or not a loadable checkpoint with a chat template.
     """
     from srt_agent.engine.torch_engine import TorchEngine  # imports torch: only when a model is loaded
-    from srt_agent.spec.tree_cache import TreeCache
+    from srt_agent.tree_cache.cache import TreeCache
 
     path = Path(model_dir)
     if not path.is_dir():

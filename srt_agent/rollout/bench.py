@@ -45,12 +45,12 @@ from typing import Any
 import torch
 
 from srt_agent.chat_format import ChatFormat
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.types import Engine, GenerationRequest, SamplingParams
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.metrics import RolloutMetrics
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
-from srt_agent.spec.cache_types import TreeCacheConfig
-from srt_agent.spec.config import SpecConfig
+from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class RolloutBenchConfig:
         first_env_seed: Env seed of the first task.
         configs: Configurations to run (``off`` is always run: it is every ratio's reference).
         max_draft_tokens: Draft budget per row of the speculating configurations (``None``: the
-            :class:`~srt_agent.spec.config.SpecConfig` default).
+            :class:`~srt_agent.engine.speculation.config.SpecConfig` default).
         backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off).
         draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``).
         device: Torch device of every engine (``cpu`` or ``cuda``).
@@ -203,7 +203,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     from srt_agent.engine.checkpoint import read_config
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.rollout.bench_peers import HFEngine, UselessDrafts, register_latency_env
-    from srt_agent.spec.tree_cache import TreeCache
+    from srt_agent.tree_cache.cache import TreeCache
 
     engine: Engine
     if name == "hf_generate":

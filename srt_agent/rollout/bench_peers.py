@@ -27,8 +27,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest, PromptTooLongError
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.tool_parser import parse_tool_calls
 
 log = logging.getLogger(__name__)

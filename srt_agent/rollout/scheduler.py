@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.engine.types import Engine, GenerationRequest
 from srt_agent.messages import Message
 from srt_agent.registration import make
@@ -30,7 +31,6 @@ from srt_agent.rollout.episode import EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
 from srt_agent.rollout.runahead import RunAhead
 from srt_agent.rollout.trajectory import Trajectory
-from srt_agent.spec.stats import SpecStats
 
 logger = logging.getLogger("srt_agent.rollout")
 

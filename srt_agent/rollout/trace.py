@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from srt_agent.engine.types import FinishReason
 from srt_agent.rollout.trajectory import Status, Trajectory
@@ -216,3 +216,27 @@ def episode_prefix(turns: Sequence[TraceTurn]) -> tuple[int, ...]:
             raise ValueError(f"turn {i}: prefix has {len(ids)} tokens, the line says {t.prefix_len}")
         ids.extend(t.token_ids)
     return tuple(ids)
+
+
+class _Inserts(Protocol):
+    def insert(self, state_key: str, task_id: str, tokens: Sequence[int]) -> None: ...
+
+
+def ingest_trace(cache: _Inserts, path: str | Path) -> int:
+    """Insert every generated turn of a trace into a tree cache (warm it from an earlier run).
+
+    Args:
+        cache: A :class:`~srt_agent.tree_cache.TreeCache` (anything with its ``insert``).
+        path: An ``srt-trace/1`` file.
+
+    Returns:
+        The number of turns inserted.
+
+    Raises:
+        TraceFormatError: A bad line (the message names file and line).
+    """
+    n = 0
+    for turn in iter_trace(path):
+        cache.insert(turn.state_key, turn.task_id, turn.token_ids)
+        n += 1
+    return n

@@ -1,7 +1,7 @@
 """The trainer's rollout side: the SRT engine with its tree cache, a plain baseline engine, evaluation.
 
 One :class:`~srt_agent.engine.torch_engine.TorchEngine` with the run's
-:class:`~srt_agent.spec.TreeCache` as draft source serves every training and evaluation rollout; the
+:class:`~srt_agent.tree_cache.TreeCache` as draft source serves every training and evaluation rollout; the
 cache persists across steps (and checkpoints), so later steps draft from all earlier ones. A second
 engine without a draft source is built on the first baseline step (``trainer.baseline_every``) to
 time the same prompts with speculation off; it gets the policy's weights just before each use.
@@ -26,13 +26,13 @@ import torch
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import RunConfig
+from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeSpec
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
 from srt_agent.rollout.trajectory import Trajectory
-from srt_agent.spec import TreeCache
-from srt_agent.spec.stats import SpecStats
+from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
 

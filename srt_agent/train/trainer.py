@@ -33,10 +33,9 @@ import torch
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.learn import informative_mask, prompt_groups
 from srt_agent.rollout.trajectory import Trajectory
-from srt_agent.spec import TreeCache
-from srt_agent.spec.stats import SpecStats
 from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
@@ -54,6 +53,7 @@ from srt_agent.train.progress import TrainProgress
 from srt_agent.train.rollouts import RolloutBatch, Rollouts
 from srt_agent.train.step_metrics import rollout_metrics, token_match
 from srt_agent.train.tasks import step_episodes
+from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
 

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class SpecConfig(BaseModel):
     """How :class:`~srt_agent.engine.torch_engine.TorchEngine` speculates with a draft source.
 
-    With ``adaptive`` (the default) the cost model in :mod:`srt_agent.spec.budget` decides, every
-    decode step, how many draft tokens to verify (possibly none); the limits below only cap it.
+    With ``adaptive`` (the default) the cost model in :mod:`srt_agent.engine.speculation.budget`
+    decides, every decode step, how many draft tokens to verify (possibly none); the limits below
+    only cap it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from srt_agent.spec.draft import DraftSource
+from srt_agent.contracts.draft import DraftSource
+
+STATE_BYTES = 480
+"""A state: its object, root node, key string, LRU entry and stream table."""
+STREAM_BYTES = 400
+"""An in-flight stream: its object, id, token list and table entries."""
+STREAM_TOKEN_BYTES = 9
+"""A stream's token list per token (a pointer, with the list's over-allocation)."""
+TASK_BYTES = 320
+"""A task's suffix index (it has one per fallback window): its dict and table entry."""
 
 
 class TreeCacheConfig(BaseModel):

@@ -3,7 +3,7 @@
 A draft is a small tree of token ids that continues a sequence's committed tokens. Node ``i`` has
 token ``token_ids[i]`` and parent ``parents[i]`` (``-1``: a child of the last committed token).
 Nodes are in topological order (a parent comes before its children) and siblings carry distinct
-tokens, which the exact verification rule needs (see ``srt_agent.spec.verify``).
+tokens, which the exact verification rule needs (see ``srt_agent.engine.speculation.verify``).
 """
 
 from __future__ import annotations

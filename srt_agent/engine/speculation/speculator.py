@@ -1,12 +1,13 @@
 """Speculative decode steps: ask the draft source, verify every row's draft tree in one forward.
 
 The :class:`Speculator` is the scheduler's link to a draft source (the tree cache). Each decode step
-it asks the cost model (:mod:`srt_agent.spec.budget`) how many draft tokens each row should get,
+it asks the cost model (:mod:`srt_agent.engine.speculation.budget`) how many draft tokens each row should get,
 fetches the drafts, and, if any survive the cost model, runs ONE forward over all rows: per row the
 last committed token (the tree's root, not yet in the KV cache) followed by its draft nodes, with
 the tree attention mask and depth-based positions of :func:`~srt_agent.engine.kv_cache.tree_bias`.
-Each row's tree is then walked with the exact acceptance rule (:class:`~srt_agent.spec.verify.TreeWalk`),
-drawing target tokens depth by depth only where the walks go.
+Each row's tree is then walked with the exact acceptance rule
+(:class:`~srt_agent.engine.speculation.verify.TreeWalk`), drawing target tokens depth by depth only
+where the walks go.
 The scheduler commits the emitted tokens and compacts the KV cache to the accepted path.
 
 It also reports each step's committed tokens to the draft source (``extend_many``, one call for
@@ -24,15 +25,15 @@ from dataclasses import dataclass
 
 import torch
 
+from srt_agent.contracts.draft import EMPTY_DRAFT, DraftQuery, DraftSourceProtocol, DraftTree, StreamUpdate
 from srt_agent.engine.kv_cache import KVCache, causal_bias, tree_bias
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import SequenceState
-from srt_agent.spec.budget import CostModel
-from srt_agent.spec.config import SpecConfig
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftQuery, DraftSourceProtocol, DraftTree, StreamUpdate
-from srt_agent.spec.stats import SpecCounters
-from srt_agent.spec.verify import TreeWalk
+from srt_agent.engine.speculation.budget import CostModel
+from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.stats import SpecCounters
+from srt_agent.engine.speculation.verify import TreeWalk
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from srt_agent.spec.prefix_tree import DICT_ENTRY_BYTES, SENTINEL, SMALL_DICT_BYTES, Node, container_bytes
+from srt_agent.tree_cache.prefix_tree import (
+    DICT_ENTRY_BYTES,
+    SENTINEL,
+    SMALL_DICT_BYTES,
+    Node,
+    container_bytes,
+)
 
 INDEX_KEY_BYTES = 56
 """One key of an index: its slot in a large dict (~48 amortised) and a share of the key (an int,

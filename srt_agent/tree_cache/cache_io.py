@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from srt_agent.spec.prefix_tree import SENTINEL, Node, children
+from srt_agent.tree_cache.prefix_tree import SENTINEL, Node, children
 
 FORMAT_VERSION = "srt-tree-cache/1"
 _ARRAYS = ("parents", "tokens", "counts", "ends", "live", "ticks")

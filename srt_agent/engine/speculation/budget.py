@@ -50,8 +50,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from srt_agent.spec.config import SpecConfig
-from srt_agent.spec.draft import EMPTY_DRAFT, DraftTree
+from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree
+from srt_agent.engine.speculation.config import SpecConfig
 
 _TIME_DECAY = 0.98  # per observed forward: the time fit follows the last ~50 forwards
 _PRIOR_STRENGTH = 0.1  # the prior slope weighs like a tenth of a forward at the prior's spread of sizes

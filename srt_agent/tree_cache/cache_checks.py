@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from srt_agent.spec.prefix_tree import Node, check_tree, child, iter_nodes, tree_bytes
-from srt_agent.spec.suffix_index import node_key
-from srt_agent.spec.tree_cache import STATE_BYTES, STREAM_BYTES, STREAM_TOKEN_BYTES, TASK_BYTES, TreeCache
+from typing import Any
+
+from srt_agent.tree_cache.cache_types import STATE_BYTES, STREAM_BYTES, STREAM_TOKEN_BYTES, TASK_BYTES
+from srt_agent.tree_cache.prefix_tree import Node, check_tree, child, iter_nodes, tree_bytes
+from srt_agent.tree_cache.suffix_index import node_key
 
 
-def cache_problems(cache: TreeCache) -> list[str]:
-    """Everything inconsistent in ``cache`` (called with its lock held); empty if all is well."""
+def cache_problems(cache: Any) -> list[str]:
+    """Everything inconsistent in ``cache`` (called with its lock held); empty if all is well.
+
+    ``cache`` is a :class:`~srt_agent.tree_cache.TreeCache`, which calls this; typed loosely so that
+    this module does not import the cache back (the checks read its internals).
+    """
     problems: list[str] = []
     windows = cache.config.windows
     total_nodes = 0
@@ -65,7 +71,7 @@ def cache_problems(cache: TreeCache) -> list[str]:
     return problems
 
 
-def _stream_problems(cache: TreeCache, sid: str) -> list[str]:
+def _stream_problems(cache: Any, sid: str) -> list[str]:
     stream = cache._streams[sid]
     name = f"stream {sid!r}"
     if stream.id != sid:

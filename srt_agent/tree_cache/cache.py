@@ -4,7 +4,7 @@ Per state key (the hash of the exact token prefix a generation starts from) the 
 prefix tree of every continuation generated from that state, with counts (:mod:`prefix_tree`).
 Sequences enter token by token while they are generated (:meth:`TreeCache.extend`, one cursor per
 stream, so the second sample of a GRPO group already drafts from the first), or whole
-(:meth:`TreeCache.insert`, :meth:`TreeCache.ingest_trace`).
+(:meth:`TreeCache.insert`; :func:`srt_agent.rollout.trace.ingest_trace` for a whole trace).
 
 A draft for ``(state, generated)`` comes from, in order:
 
@@ -30,9 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srt_agent.spec.cache_io import CacheFileError, arrays_to_nodes, load_arrays, save_arrays, tree_to_arrays
-from srt_agent.spec.cache_types import COUNTERS, CacheIntegrityError, TreeCacheConfig, TreeCacheStats
-from srt_agent.spec.draft import (
+from srt_agent.contracts.draft import (
     EMPTY_DRAFT,
     DraftQuery,
     DraftSource,
@@ -41,7 +39,25 @@ from srt_agent.spec.draft import (
     StreamKind,
     StreamUpdate,
 )
-from srt_agent.spec.prefix_tree import (
+from srt_agent.tree_cache.cache_checks import cache_problems
+from srt_agent.tree_cache.cache_io import (
+    CacheFileError,
+    arrays_to_nodes,
+    load_arrays,
+    save_arrays,
+    tree_to_arrays,
+)
+from srt_agent.tree_cache.cache_types import (
+    COUNTERS,
+    STATE_BYTES,
+    STREAM_BYTES,
+    STREAM_TOKEN_BYTES,
+    TASK_BYTES,
+    CacheIntegrityError,
+    TreeCacheConfig,
+    TreeCacheStats,
+)
+from srt_agent.tree_cache.prefix_tree import (
     NODE_BYTES,
     SENTINEL,
     Node,
@@ -51,19 +67,9 @@ from srt_agent.spec.prefix_tree import (
     select_draft,
     tree_bytes,
 )
-from srt_agent.spec.suffix_index import SuffixIndex, node_keys, path_keys
+from srt_agent.tree_cache.suffix_index import SuffixIndex, node_keys, path_keys
 
 __all__ = ["CacheIntegrityError", "TreeCache", "TreeCacheConfig", "TreeCacheStats"]
-
-STATE_BYTES = 480
-"""A state: its object, root node, key string, LRU entry and stream table."""
-STREAM_BYTES = 400
-"""An in-flight stream: its object, id, token list and table entries."""
-STREAM_TOKEN_BYTES = 9
-"""A stream's token list per token (a pointer, with the list's over-allocation)."""
-TASK_BYTES = 320
-"""A task's suffix index (it has one per fallback window): its dict and table entry."""
-
 
 _NOTHING: tuple[list[Node], DraftSource, bool] = ([], "none", False)
 
@@ -105,7 +111,7 @@ class _Stream:
 
 
 class TreeCache(DraftSourceBase):
-    """Draft source for speculative rollouts: implements :class:`~srt_agent.spec.DraftSourceProtocol`.
+    """Draft source for speculative rollouts (a :class:`~srt_agent.contracts.draft.DraftSourceProtocol`).
 
     Thread-safe (one lock); the engine's worker calls :meth:`draft`, :meth:`extend` and
     :meth:`finish`, a trainer may call :meth:`save` or :meth:`stats` from elsewhere.
@@ -338,30 +344,6 @@ class TreeCache(DraftSourceBase):
             self._counts["tokens_added"] += len(tokens)
             self._enforce_budget()
 
-    def ingest_trace(self, path: str | Path) -> int:
-        """Insert every generated turn of an ``srt-trace/1`` JSONL file (docs/trace_schema.md).
-
-        Returns:
-            The number of turns inserted.
-
-        Raises:
-            srt_agent.rollout.TraceFormatError: A bad line (the message names file and line).
-        """
-        from srt_agent.rollout.trace import iter_trace  # the rollout package depends on this one
-
-        n = 0
-        for turn in iter_trace(path):
-            self.insert(turn.state_key, turn.task_id, turn.token_ids)
-            n += 1
-        return n
-
-    @classmethod
-    def from_trace(cls, path: str | Path, config: TreeCacheConfig | None = None) -> TreeCache:
-        """A cache warmed from an ``srt-trace/1`` file (see :meth:`ingest_trace`)."""
-        cache = cls(config)
-        cache.ingest_trace(path)
-        return cache
-
     def evict(self, count: int = 1) -> list[str]:
         """Evict the ``count`` least recently used states; returns their keys (oldest first)."""
         if count < 0:
@@ -444,8 +426,6 @@ class TreeCache(DraftSourceBase):
         tokens walk to their node), both suffix indexes (every node filed under its key, nothing
         else), and the byte budget.
         """
-        from srt_agent.spec.cache_checks import cache_problems  # it imports this module
-
         with self._lock:
             problems = cache_problems(self)
         if problems:
