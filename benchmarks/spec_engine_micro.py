@@ -39,9 +39,9 @@ from collections.abc import Sequence
 import torch
 
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.engine.types import GenerationOutput, GenerationRequest, SamplingParams
 
 
 class _Replay(StaticDraftSource):

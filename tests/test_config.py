@@ -11,7 +11,7 @@ from typing import get_args
 import pytest
 from pydantic import ValidationError
 
-import srt_agent.learn as learn
+import srt_agent.algo as learn
 from srt_agent.config import RunConfig, apply_overrides, load_config
 from srt_agent.config import algo as config_algo
 from srt_agent.config.sections import EVAL_SEED_END

@@ -10,8 +10,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from srt_agent.contracts.generation import SamplingParams
 from srt_agent.engine.sampling import RowParams, processed_logprobs, sample
-from srt_agent.engine.types import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

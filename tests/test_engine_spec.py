@@ -13,11 +13,11 @@ from spec_drafters import NoisyReplay, RandomDrafts, Recorder, Replay
 from transformers import AutoModelForCausalLM
 
 from srt_agent.contracts.draft import DraftTree
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.random_model import char_tokenizer, save_random_model
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.engine.types import GenerationOutput, GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from test_rollout_support import episode_of, oracle_responder, oracles, tiny_format
 
-from srt_agent.engine.types import GenerationOutput, GenerationRequest
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
 from srt_agent.evaluation import ModelLoadError, eval_command, run_eval
 from srt_agent.registration import UnknownEnvError, register_env
 from srt_agent.rollout import ScriptedEngine, read_trace

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.learn import (
+from srt_agent.algo import (
     Aggregation,
     kl_estimate,
     kl_loss,

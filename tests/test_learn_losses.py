@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.learn import Aggregation, policy_loss, value_loss
+from srt_agent.algo import Aggregation, policy_loss, value_loss
 
 # Four generated tokens and one masked one (whose huge ratio must not show anywhere).
 RATIOS = [1.5, 0.5, 0.5, 1.1, math.exp(5.0)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from srt_agent.learn import (
+from srt_agent.algo import (
     collate,
     compute_advantages,
     gae,
@@ -16,7 +16,7 @@ from srt_agent.learn import (
     token_rewards,
     zero_variance_groups,
 )
-from srt_agent.rollout.trajectory import Trajectory, TurnRecord
+from srt_agent.contracts.trajectory import Trajectory, TurnRecord
 
 
 def _turn(index: int, start: int, end: int, reward: float) -> TurnRecord:

@@ -3,6 +3,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from srt_agent.devices import resolve_device
 from srt_agent.model.sft import (
     IGNORE_INDEX,
     Example,
@@ -11,7 +12,6 @@ from srt_agent.model.sft import (
     batches,
     collate,
     lr_at,
-    resolve_device,
     shared_prefix,
     train,
 )

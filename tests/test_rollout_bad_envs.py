@@ -17,7 +17,7 @@ import pytest
 from pydantic import Field
 from test_rollout_support import episode_of, tiny_format
 
-from srt_agent.engine.types import GenerationRequest
+from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.messages import Message, system, user
 from srt_agent.registration import register_env

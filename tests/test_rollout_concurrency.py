@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 from test_rollout_support import NAPS, SCRIPT_ENV, episode_of, tiny_format, turn_of
 
-from srt_agent.engine.types import GenerationRequest
+from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.rollout import (
     EpisodeSpec,
     RolloutConfig,

@@ -9,7 +9,7 @@ import pytest
 from chat_fixtures import TEMPLATES
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format
 
-from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.rollout import EpisodeSpec, ScriptedEngine, Trajectory, run_rollouts
 from srt_agent.rollout.testing import Response
 

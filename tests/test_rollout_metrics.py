@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
 
+from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.engine.speculation.stats import SpecStats
-from srt_agent.engine.types import GenerationRequest
 from srt_agent.evaluation import run_eval
 from srt_agent.rollout import (
     EpisodeSpec,

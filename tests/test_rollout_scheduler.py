@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format, turn_of
 
-from srt_agent.engine.types import GenerationRequest, state_key
+from srt_agent.contracts.generation import GenerationRequest, state_key
 from srt_agent.messages import user
 from srt_agent.registration import make
 from srt_agent.rollout import (

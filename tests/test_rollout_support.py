@@ -23,7 +23,7 @@ from chat_fixtures import tiny_tokenizer
 from pydantic import Field
 
 from srt_agent.chat_format import ChatFormat
-from srt_agent.engine.types import GenerationRequest
+from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env import EnvConfig, MultiTurnEnv, Transition, oracle_policy
 from srt_agent.messages import Message, system, tool_result, user
 from srt_agent.policy import Policy

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_rollout_support import SCRIPT_ENV, tiny_format, turn_of
 
-from srt_agent.engine.types import state_key
+from srt_agent.contracts.generation import state_key
 from srt_agent.rollout import (
     TRACE_SCHEMA,
     EpisodeSpec,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from test_rollout_support import save_tiny_llama, tiny_format, turn_of
 
+from srt_agent.contracts.generation import GenerationRequest, state_key
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.engine.types import GenerationRequest, state_key
 from srt_agent.messages import tool_result, user
 from srt_agent.rollout import (
     EpisodeSpec,

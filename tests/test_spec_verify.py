@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from srt_agent.contracts.generation import SamplingParams
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.speculation.verify import TreeWalk, Verdict, accept
-from srt_agent.engine.types import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

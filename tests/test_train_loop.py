@@ -15,17 +15,17 @@ import pytest
 import torch
 from train_fixtures import save_tiny_policy, tiny_config
 
+from srt_agent.algo import Aggregation
 from srt_agent.config import RunConfig
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine import GenerationRequest, SamplingParams
-from srt_agent.learn import Aggregation
 from srt_agent.registration import register_env, registered_envs
-from srt_agent.rollout.trajectory import Trajectory
 from srt_agent.testing import GenericTestEnv
 from srt_agent.train import Trainer
 from srt_agent.train.learner import PreparedBatch, micro_batches
 from srt_agent.train.objective import micro_loss
 from srt_agent.train.optim import lr_factor
-from srt_agent.train.policy import Policy
+from srt_agent.train.policy import PolicyModel
 from srt_agent.train.tasks import step_episodes, step_seeds
 
 # Rewards of a random policy are all 0, so GRPO/RLOO advantages vanish: a small entropy bonus gives
@@ -79,7 +79,7 @@ def _with_advantages(prep: PreparedBatch, per_row: list[float]) -> PreparedBatch
     return type(prep)(**{**prep.__dict__, "advantages": advantages})
 
 
-def teacher_forced(policy: Policy, prompt: tuple[int, ...], tokens: tuple[int, ...]) -> torch.Tensor:
+def teacher_forced(policy: PolicyModel, prompt: tuple[int, ...], tokens: tuple[int, ...]) -> torch.Tensor:
     ids = torch.tensor([prompt + tokens])
     mask = torch.zeros_like(ids, dtype=torch.float32)
     mask[0, len(prompt) :] = 1.0
@@ -128,7 +128,7 @@ def test_training_runs_end_to_end(model_dir: Path, tmp_path: Path, estimator: st
         torch.testing.assert_close(
             engine_lp, teacher_forced(trainer.policy, prompt, out.token_ids), atol=1e-4, rtol=0
         )
-        initial = Policy.load(model_dir, torch.device("cpu"))
+        initial = PolicyModel.load(model_dir, torch.device("cpu"))
         assert (engine_lp - teacher_forced(initial, prompt, out.token_ids)).abs().max() > 1e-3
     finally:
         trainer.close()

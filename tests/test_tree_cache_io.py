@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from srt_agent.engine.types import state_key
+from srt_agent.contracts.generation import state_key
 from srt_agent.rollout import TraceFormatError, TraceTurn
 from srt_agent.rollout.trace import ingest_trace
 from srt_agent.tree_cache import (

@@ -14,7 +14,7 @@ from chat_fixtures import tiny_tokenizer
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.contracts.draft import DraftTree
-from srt_agent.engine.types import state_key
+from srt_agent.contracts.generation import state_key
 from srt_agent.messages import system, tool_result, user
 from srt_agent.tree_cache import TreeCache
 

@@ -1,6 +1,6 @@
 """The ``algo`` section: advantage estimator, PPO/DAPO loss options, KL, entropy, critic.
 
-The name types here mirror those of :mod:`srt_agent.learn` (a test keeps them equal) so that
+The name types here mirror those of :mod:`srt_agent.algo` (a test keeps them equal) so that
 loading a config does not import torch.
 """
 

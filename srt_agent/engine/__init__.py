@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from srt_agent.engine.types import (
+from srt_agent.contracts.generation import (
     Engine,
     FinishReason,
     GenerationOutput,

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from srt_agent.console import make_console
+from srt_agent.contracts.generation import GenerationRequest, SamplingParams
 from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.engine.types import GenerationRequest, SamplingParams
 
 
 def _timed(fn: Callable[[], object]) -> float:

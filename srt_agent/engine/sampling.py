@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from srt_agent.engine.types import SamplingParams
+from srt_agent.contracts.generation import SamplingParams
 
 
 @dataclass

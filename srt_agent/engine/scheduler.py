@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
+from srt_agent.contracts.generation import FinishReason
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
@@ -28,7 +29,6 @@ from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
 from srt_agent.engine.speculation.speculator import Emitted, Speculator, sync
 from srt_agent.engine.speculation.stats import SpecCounters
-from srt_agent.engine.types import FinishReason
 
 __all__ = ["Detokenizer", "Scheduler", "SequenceState"]
 

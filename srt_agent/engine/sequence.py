@@ -11,8 +11,8 @@ from typing import Protocol
 
 import torch
 
+from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest
 from srt_agent.engine.prefix_cache import PrefixHit
-from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest
 
 log = logging.getLogger(__name__)
 

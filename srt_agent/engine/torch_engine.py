@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import torch
 
 from srt_agent.contracts.draft import DraftSourceProtocol
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
@@ -36,7 +37,6 @@ from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
 from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
-from srt_agent.engine.types import GenerationOutput, GenerationRequest, PromptTooLongError
 
 log = logging.getLogger(__name__)
 

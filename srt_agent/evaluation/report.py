@@ -17,8 +17,8 @@ from math import comb
 
 from rich.table import Table
 
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.rollout.metrics import SOURCES, RolloutMetrics
-from srt_agent.rollout.trajectory import Trajectory
 
 EVAL_SCHEMA = "srt-eval/1"
 

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.console import make_console
-from srt_agent.engine.types import Engine
+from srt_agent.contracts.generation import Engine
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.paths import OutputPathError, check_output_file

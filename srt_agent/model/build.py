@@ -34,9 +34,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 import srt_agent
 from srt_agent.chat_format import ChatFormat
 from srt_agent.console import make_console
+from srt_agent.devices import resolve_device
 from srt_agent.model.demos import DemoSource, check_sources, demo_texts
 from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
-from srt_agent.model.sft import Example, SFTConfig, resolve_device, train
+from srt_agent.model.sft import Example, SFTConfig, train
 from srt_agent.model.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
 
 BUILD_FILE = "srt_build.json"

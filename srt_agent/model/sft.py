@@ -33,6 +33,7 @@ from rich.progress import (
 from transformers import PreTrainedModel
 
 from srt_agent.console import Heartbeat
+from srt_agent.devices import resolve_device
 
 IGNORE_INDEX = -100
 """Label of tokens without loss (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
@@ -232,21 +233,6 @@ def batch_loss(
     weights = inputs["weights"][:, prefix + 1 :][valid]
     weighted = (nll * weights).sum() / weights.sum().clamp(min=1e-9)
     return weighted, nll.mean()
-
-
-def resolve_device(name: str) -> torch.device:
-    """The torch device named ``name``, checked to be usable here.
-
-    Raises:
-        ValueError: Not a device name, or a CUDA device without a CUDA-enabled torch and GPU.
-    """
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use 'cpu' or 'cuda' (or 'cuda:N')") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA GPU here; use 'cpu'")
-    return device
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:

@@ -16,6 +16,7 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
     from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig, sampling_seed
     from srt_agent.rollout.episode import EpisodeHooks
     from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
         trace_turns,
         write_trace,
     )
-    from srt_agent.rollout.trajectory import Status, Trajectory, TurnRecord, json_safe
 
 _EXPORTS = {
     "EpisodeSpec": "srt_agent.rollout.config",
@@ -67,10 +67,10 @@ _EXPORTS = {
     "read_trace": "srt_agent.rollout.trace",
     "trace_turns": "srt_agent.rollout.trace",
     "write_trace": "srt_agent.rollout.trace",
-    "Status": "srt_agent.rollout.trajectory",
-    "Trajectory": "srt_agent.rollout.trajectory",
-    "TurnRecord": "srt_agent.rollout.trajectory",
-    "json_safe": "srt_agent.rollout.trajectory",
+    "Status": "srt_agent.contracts.trajectory",
+    "Trajectory": "srt_agent.contracts.trajectory",
+    "TurnRecord": "srt_agent.contracts.trajectory",
+    "json_safe": "srt_agent.contracts.trajectory",
 }
 
 

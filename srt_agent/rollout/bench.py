@@ -45,8 +45,8 @@ from typing import Any
 import torch
 
 from srt_agent.chat_format import ChatFormat
+from srt_agent.contracts.generation import Engine, GenerationRequest, SamplingParams
 from srt_agent.engine.speculation.config import SpecConfig
-from srt_agent.engine.types import Engine, GenerationRequest, SamplingParams
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.metrics import RolloutMetrics
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync

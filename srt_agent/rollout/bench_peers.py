@@ -1,7 +1,7 @@
 """The rollout benchmark's peers and props: an HF ``generate()`` engine, useless drafts, tool latency.
 
 * :class:`HFEngine` runs the same episodes through HF transformers' ``model.generate()`` (the
-  :class:`~srt_agent.engine.types.Engine` protocol): requests that arrive while a ``generate`` call
+  :class:`~srt_agent.contracts.generation.Engine` protocol): requests that arrive while a ``generate`` call
   runs wait and go together into the next one (static batching, left padding), which is how
   ``generate()`` is used in simple rollout loops. With ``prompt_lookup`` it uses HF's prompt lookup
   decoding, which HF supports only at batch size 1, so requests then run one at a time.
@@ -28,14 +28,19 @@ import gymnasium as gym
 import torch
 
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
-from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import (
+    FinishReason,
+    GenerationOutput,
+    GenerationRequest,
+    PromptTooLongError,
+)
 from srt_agent.tool_parser import parse_tool_calls
 
 log = logging.getLogger(__name__)
 
 
 class HFEngine:
-    """An :class:`~srt_agent.engine.types.Engine` over HF ``model.generate()`` (a benchmark peer).
+    """An :class:`~srt_agent.contracts.generation.Engine` over HF ``model.generate()`` (a benchmark peer).
 
     Sampling follows the requests' temperature and top-p (top-k when set); stop tokens are passed as
     ``eos_token_id``. Per-request seeds cannot be honoured inside a batch (``generate`` draws from

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from srt_agent.engine.types import SamplingParams
+    from srt_agent.contracts.generation import SamplingParams
 
 
 class RolloutConfig(BaseModel):
@@ -61,7 +61,7 @@ class RolloutConfig(BaseModel):
         ``max_new_tokens`` is clamped to the context left; ``None`` means less than
         :attr:`turn_room` is left.
         """
-        from srt_agent.engine.types import SamplingParams  # torch: imported when rolling out
+        from srt_agent.contracts.generation import SamplingParams  # torch: imported when rolling out
 
         room = max_context - prompt_len
         if room < self.turn_room:

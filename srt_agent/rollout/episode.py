@@ -19,12 +19,12 @@ from typing import Any, ParamSpec
 import gymnasium as gym
 
 from srt_agent.chat_format import ChatFormat, TemplateContinuityError, TokenTranscript
-from srt_agent.engine.types import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
 from srt_agent.env import async_step
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
-from srt_agent.rollout.trajectory import Status, Trajectory, TurnRecord, json_safe
 
 logger = logging.getLogger("srt_agent.rollout")
 _P = ParamSpec("_P")

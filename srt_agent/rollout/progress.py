@@ -7,7 +7,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from srt_agent.rollout.trajectory import Trajectory
+from srt_agent.contracts.trajectory import Trajectory
 
 
 class RolloutProgress:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
-from srt_agent.engine.types import Engine, GenerationRequest, state_key
+from srt_agent.contracts.generation import Engine, GenerationRequest, state_key
 from srt_agent.messages import Message
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig, sampling_seed
 from srt_agent.rollout.metrics import RunAheadStats

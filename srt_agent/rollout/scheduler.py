@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.contracts.generation import Engine, GenerationRequest
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine.speculation.stats import SpecStats
-from srt_agent.engine.types import Engine, GenerationRequest
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
 from srt_agent.rollout.runahead import RunAhead
-from srt_agent.rollout.trajectory import Trajectory
 
 logger = logging.getLogger("srt_agent.rollout")
 
@@ -60,7 +60,7 @@ class RolloutScheduler:
     it only makes sense with such an engine.
 
     Args:
-        engine: Any :class:`~srt_agent.engine.types.Engine` (its ``agenerate`` is awaited
+        engine: Any :class:`~srt_agent.contracts.generation.Engine` (its ``agenerate`` is awaited
             concurrently, so it should batch requests that arrive together).
         fmt: The chat format of the engine's model (tokenizer and template).
         config: Limits and sampling options; defaults to ``RolloutConfig()``.

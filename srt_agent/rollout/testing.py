@@ -1,6 +1,6 @@
 """A scripted engine for testing rollouts, envs and evaluation without a model.
 
-:class:`ScriptedEngine` implements the :class:`~srt_agent.engine.types.Engine` protocol. A
+:class:`ScriptedEngine` implements the :class:`~srt_agent.contracts.generation.Engine` protocol. A
 ``respond`` function decides each turn's output from the request (prompt tokens, task id, request
 id); text is encoded with the chat format's tokenizer and ends with its end-of-turn token, exactly
 as a model's output would. Logprobs are a deterministic function of the token's position in the
@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from srt_agent.chat_format import ChatFormat
-from srt_agent.engine.types import FinishReason, GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import (
+    FinishReason,
+    GenerationOutput,
+    GenerationRequest,
+    PromptTooLongError,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +56,7 @@ class ScriptedEngine:
         fmt: Encodes text responses and supplies the end-of-turn token.
         respond: Maps a request to its response (see :data:`Response`).
         max_context: Longest prompt + generation accepted; longer prompts raise
-            :class:`~srt_agent.engine.types.PromptTooLongError`, and outputs are cut to fit.
+            :class:`~srt_agent.contracts.generation.PromptTooLongError`, and outputs are cut to fit.
         delay_s: Seconds each request takes (``await asyncio.sleep``), or a function of the request.
     """
 

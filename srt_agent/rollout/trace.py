@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from srt_agent.engine.types import FinishReason
-from srt_agent.rollout.trajectory import Status, Trajectory
+from srt_agent.contracts.generation import FinishReason
+from srt_agent.contracts.trajectory import Status, Trajectory
 
 TRACE_SCHEMA = "srt-trace/1"
 

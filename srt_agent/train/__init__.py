@@ -5,7 +5,7 @@ atomic checkpoints, held-out evaluations); :func:`train_command` is what the CLI
 model if missing, progress bars, summary table, plots, ``--json``).
 """
 
-from srt_agent.train.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, list_checkpoints
+from srt_agent.train.checkpoint import Checkpoint, latest_checkpoint, list_checkpoints
 from srt_agent.train.command import SUMMARY_SCHEMA, train_command
 from srt_agent.train.summary import summarize
 from srt_agent.train.trainer import Trainer, TrainError
@@ -13,7 +13,6 @@ from srt_agent.train.trainer import Trainer, TrainError
 __all__ = [
     "SUMMARY_SCHEMA",
     "Checkpoint",
-    "CheckpointError",
     "TrainError",
     "Trainer",
     "latest_checkpoint",

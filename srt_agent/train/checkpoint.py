@@ -50,10 +50,6 @@ MANIFEST_FILE = "manifest.json"
 _NAME = re.compile(r"^step-(\d{6,})$")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be read (or there is none to resume from)."""
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """A complete checkpoint on disk.

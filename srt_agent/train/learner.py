@@ -25,8 +25,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from srt_agent.config import RunConfig
-from srt_agent.learn import (
+from srt_agent.algo import (
     Aggregation,
     TokenBatch,
     collate,
@@ -40,9 +39,10 @@ from srt_agent.learn import (
     scale_negative,
     token_rewards,
 )
-from srt_agent.rollout.trajectory import Trajectory
+from srt_agent.config import RunConfig
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.train.objective import MicroBatch, micro_loss
-from srt_agent.train.policy import Policy, unpack
+from srt_agent.train.policy import PolicyModel, unpack
 
 
 def micro_batches(lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:
@@ -123,12 +123,12 @@ class Learner:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: PolicyModel,
         optimizer: Optimizer,
         scheduler: LRScheduler,
         cfg: RunConfig,
         device: torch.device,
-        reference: Policy | None = None,
+        reference: PolicyModel | None = None,
     ) -> None:
         self.policy, self.optimizer, self.scheduler = policy, optimizer, scheduler
         self.cfg, self.device, self.reference = cfg, device, reference

@@ -2,7 +2,7 @@
 
 Everything is masked by the trajectories' loss mask, so prompt, observation and tool tokens (which
 the policy did not sample) and padding contribute neither loss nor gradient. Aggregation uses the
-whole mini-batch's token and sequence counts (:class:`~srt_agent.learn.Aggregation`), so summing
+whole mini-batch's token and sequence counts (:class:`~srt_agent.algo.Aggregation`), so summing
 the micro-batches' gradients gives exactly the mini-batch's gradient.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from srt_agent.algo import Aggregation, entropy_of, kl_loss, logprobs_of, masked_mean, policy_loss
+from srt_agent.algo import value_loss as clipped_value_loss
 from srt_agent.config import RunConfig
-from srt_agent.learn import Aggregation, entropy_of, kl_loss, logprobs_of, masked_mean, policy_loss
-from srt_agent.learn import value_loss as clipped_value_loss
 from srt_agent.train.policy import PolicyOutput, unpack
 
 

@@ -9,7 +9,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from srt_agent.config import RunConfig
-from srt_agent.train.policy import Policy
+from srt_agent.train.policy import PolicyModel
 
 
 def updates_per_step(cfg: RunConfig) -> int:
@@ -39,7 +39,7 @@ def lr_factor(cfg: RunConfig) -> Callable[[int], float]:
     return factor
 
 
-def build_optimizer(policy: Policy, cfg: RunConfig) -> tuple[torch.optim.AdamW, LambdaLR]:
+def build_optimizer(policy: PolicyModel, cfg: RunConfig) -> tuple[torch.optim.AdamW, LambdaLR]:
     """AdamW with the LM at ``optim.lr`` and the value head at ``optim.critic_lr``, and its schedule.
 
     Args:

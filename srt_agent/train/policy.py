@@ -75,7 +75,7 @@ def load_causal_lm(model_dir: str | Path, device: torch.device) -> nn.Module:
     return model.to(device)
 
 
-class Policy(nn.Module):
+class PolicyModel(nn.Module):
     """An HF causal LM plus an optional scalar value head on its final hidden states.
 
     Args:
@@ -100,7 +100,7 @@ class Policy(nn.Module):
         return self.lm
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: torch.device, *, value_head: bool = False) -> Policy:
+    def load(cls, model_dir: str | Path, device: torch.device, *, value_head: bool = False) -> PolicyModel:
         """Load from a model directory (and its ``value_head.pt``, if saved with one)."""
         policy = cls(load_causal_lm(model_dir, device), value_head=value_head)
         head_file = Path(model_dir) / VALUE_HEAD_FILE
@@ -147,12 +147,12 @@ class Policy(nn.Module):
             torch.save(self.value_head.state_dict(), out / VALUE_HEAD_FILE)
 
 
-def load_reference(model_dir: str | Path, device: torch.device) -> Policy:
+def load_reference(model_dir: str | Path, device: torch.device) -> PolicyModel:
     """The frozen reference policy for the KL term: the run's starting checkpoint, in eval mode.
 
     Always the starting checkpoint (``model.dir``), also when a run resumes from a later one.
     """
-    ref = Policy(load_causal_lm(model_dir, device))
+    ref = PolicyModel(load_causal_lm(model_dir, device))
     ref.eval()
     for p in ref.parameters():
         p.requires_grad_(False)

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from srt_agent.console import Heartbeat
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.rollout.scheduler import ProgressCallback
-from srt_agent.rollout.trajectory import Trajectory
 
 
 class TrainProgress:

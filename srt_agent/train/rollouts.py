@@ -26,19 +26,19 @@ import torch
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import RunConfig
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeSpec
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
-from srt_agent.rollout.trajectory import Trajectory
 from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
 
 
 @dataclass(frozen=True)
-class RolloutBatch:
+class StepRollout:
     """One rollout call's result.
 
     Attributes:
@@ -102,7 +102,7 @@ class Rollouts:
         *,
         announce: Sequence[EpisodeSpec] = (),
         progress: ProgressCallback | None = None,
-    ) -> RolloutBatch:
+    ) -> StepRollout:
         """Roll out ``specs`` with speculation (SRT), announcing ``announce`` to the run-ahead queue.
 
         Args:
@@ -121,11 +121,9 @@ class Rollouts:
         trajectories = _run(self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent)
         seconds = time.perf_counter() - t0
         extra = _scheduler_figures(self.scheduler)
-        return RolloutBatch(trajectories, seconds, self.engine.spec_stats(reset=True), extra)
+        return StepRollout(trajectories, seconds, self.engine.spec_stats(reset=True), extra)
 
-    def baseline(
-        self, specs: Sequence[EpisodeSpec], progress: ProgressCallback | None = None
-    ) -> RolloutBatch:
+    def baseline(self, specs: Sequence[EpisodeSpec], progress: ProgressCallback | None = None) -> StepRollout:
         """Roll out ``specs`` again with speculation off (same sampling seeds), for timing only."""
         if self._baseline is None:
             self._baseline = self._engine(None)
@@ -136,7 +134,7 @@ class Rollouts:
         t0 = time.perf_counter()
         trajectories = _run(scheduler.run(specs), self.cfg.rollout.max_concurrent)
         seconds = time.perf_counter() - t0
-        return RolloutBatch(trajectories, seconds, self._baseline.spec_stats(reset=True))
+        return StepRollout(trajectories, seconds, self._baseline.spec_stats(reset=True))
 
     def evaluate(self, progress: ProgressCallback | None = None) -> EvalReport:
         """Held-out evaluation of the current weights: ``trainer.eval_episodes`` tasks of ``env.eval_seeds``.

@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from srt_agent.algo import informative_mask, prompt_groups
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.contracts.trajectory import Trajectory
+from srt_agent.devices import resolve_device
 from srt_agent.engine.speculation.stats import SpecStats
-from srt_agent.learn import informative_mask, prompt_groups
-from srt_agent.rollout.trajectory import Trajectory
 from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
@@ -48,9 +49,9 @@ from srt_agent.train.checkpoint import (
 from srt_agent.train.learner import Learner
 from srt_agent.train.metrics import MetricsLogger
 from srt_agent.train.optim import build_optimizer
-from srt_agent.train.policy import Policy, load_reference
+from srt_agent.train.policy import PolicyModel, load_reference
 from srt_agent.train.progress import TrainProgress
-from srt_agent.train.rollouts import RolloutBatch, Rollouts
+from srt_agent.train.rollouts import Rollouts, StepRollout
 from srt_agent.train.step_metrics import rollout_metrics, token_match
 from srt_agent.train.tasks import step_episodes
 from srt_agent.tree_cache import TreeCache
@@ -64,15 +65,12 @@ class TrainError(RuntimeError):
     """A run cannot start as configured; the message names the problem and the fix."""
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA if available, else CPU.
-
-    Raises:
-        TrainError: ``cuda`` was asked for and is not available.
-    """
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TrainError("trainer.device = 'cuda', but torch sees no CUDA device; use trainer.device=auto")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+def _device(name: str) -> torch.device:
+    """``trainer.device`` as a torch device (see :func:`srt_agent.devices.resolve_device`)."""
+    try:
+        return resolve_device(name)
+    except ValueError as exc:
+        raise TrainError(f"trainer.device: {exc}") from None
 
 
 @dataclass
@@ -121,7 +119,7 @@ class Trainer:
                 "distribution, so PPO ratios near the cut are biased; use rollout.top_p=1 for training",
                 cfg.rollout.top_p,
             )
-        self.device = resolve_device(t.device)
+        self.device = _device(t.device)
         self.out_dir = Path(t.out_dir)
         clean_partial(self.out_dir)
         existing = latest_checkpoint(self.out_dir)
@@ -174,7 +172,7 @@ class Trainer:
         for i, ckpt in enumerate(candidates):
             try:
                 start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
-                self.policy = Policy.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
+                self.policy = PolicyModel.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
                 optimizer, scheduler = build_optimizer(self.policy, cfg)
                 self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
                 self.state = RunState()
@@ -366,7 +364,7 @@ class Trainer:
 class _Collected:
     """A step's rollouts: the first round (what a baseline re-times), every episode, those to train on."""
 
-    first: RolloutBatch
+    first: StepRollout
     trajectories: list[Trajectory]
     train: list[Trajectory]
     seconds: float

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from srt_agent.engine.types import FinishReason
+from srt_agent.contracts.generation import FinishReason
 from srt_agent.messages import Message
 
 Status = Literal["ok", "truncated", "failed"]

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from srt_agent.contracts.draft import StreamKind
+
 if TYPE_CHECKING:
     import torch
 
@@ -20,7 +22,6 @@ limit (``length``), the request was cancelled or failed (``abort``, see ``Genera
 a run-ahead request gave its row to a live one (``preempted``; its tokens so far are in the output and
 were reported to the draft source)."""
 
-Priority = Literal["live", "runahead"]
 """Live requests feed trajectories; run-ahead requests only fill the draft source (the tree cache), are
 admitted after live ones and preempted when live ones need their rows. The values are those of
 :data:`srt_agent.contracts.draft.StreamKind`, the kind the engine reports to the draft source."""
@@ -87,7 +88,7 @@ class GenerationRequest:
         params: Sampling parameters.
         state_key: :func:`state_key` of ``prompt_ids`` (computed if not given).
         task_id: The env task this belongs to (lets the tree cache fall back to same-task drafts).
-        priority: ``live`` (the default) or ``runahead`` (see :data:`Priority`).
+        priority: ``live`` (the default) or ``runahead`` (see :data:`~srt_agent.contracts.draft.StreamKind`).
         draft_group: Requests of one group share the speculation cost model's acceptance
             calibration (the rollout scheduler uses the env id): drafts of an env whose drafts are
             rarely right do not make another env's look bad. ``""``: the shared group.
@@ -98,7 +99,7 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     state_key: str = ""
     task_id: str = ""
-    priority: Priority = "live"
+    priority: StreamKind = "live"
     draft_group: str = ""
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ A training step, in order::
                               clip_low=0.2, clip_high=0.28, agg=Aggregation("token-mean"))
 """
 
-from srt_agent.learn.advantages import (
+from srt_agent.algo.advantages import (
     GROUP_ESTIMATORS,
     Advantages,
     Estimator,
@@ -29,12 +29,12 @@ from srt_agent.learn.advantages import (
     sequence_scores,
     to_tokens,
 )
-from srt_agent.learn.batch import TokenBatch, collate, prompt_groups
-from srt_agent.learn.dapo import informative_mask, overlong_penalty, zero_variance_groups
-from srt_agent.learn.groups import GroupStats, group_stats
-from srt_agent.learn.kl import KLEstimator, KLMode, kl_estimate, kl_loss, kl_penalized_rewards
-from srt_agent.learn.logits import entropy_of, logprobs_of, token_entropy, token_logprobs
-from srt_agent.learn.losses import (
+from srt_agent.algo.batch import TokenBatch, collate, prompt_groups
+from srt_agent.algo.dapo import informative_mask, overlong_penalty, zero_variance_groups
+from srt_agent.algo.groups import GroupStats, group_stats
+from srt_agent.algo.kl import KLEstimator, KLMode, kl_estimate, kl_loss, kl_penalized_rewards
+from srt_agent.algo.logits import entropy_of, logprobs_of, token_entropy, token_logprobs
+from srt_agent.algo.losses import (
     Aggregation,
     LossAgg,
     PolicyLossStats,
@@ -42,8 +42,8 @@ from srt_agent.learn.losses import (
     policy_loss,
     value_loss,
 )
-from srt_agent.learn.masked import masked_mean, masked_sum, masked_var, masked_whiten
-from srt_agent.learn.rewards import RewardPlacement, place_rewards, token_rewards
+from srt_agent.algo.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from srt_agent.algo.rewards import RewardPlacement, place_rewards, token_rewards
 
 __all__ = [
     "GROUP_ESTIMATORS",

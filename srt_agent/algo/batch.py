@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # the rollout package pulls in the chat format (transformers); only types needed
-    from srt_agent.rollout.trajectory import Trajectory
+    from srt_agent.contracts.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Conventions (shared by the whole learner):
   positions. ``mask`` is 1 on the tokens the policy sampled (a trajectory's ``loss_mask``) and 0 on
   the prompt, observation/tool tokens and padding.
 * ``token_rewards`` ``(B, T)`` holds each reward on a generated token (see
-  :func:`srt_agent.learn.rewards.token_rewards`): a turn's reward on that turn's last token. A
+  :func:`srt_agent.algo.rewards.token_rewards`): a turn's reward on that turn's last token. A
   reward on a masked position is an error: no action took it.
 * A sequence's *score* (what outcome estimators compare) is the sum of its token rewards.
 * Outputs are 0 wherever ``mask`` is 0.
@@ -29,8 +29,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from srt_agent.learn.groups import group_stats
-from srt_agent.learn.masked import check_same_shape, masked_sum, masked_whiten
+from srt_agent.algo.groups import group_stats
+from srt_agent.algo.masked import check_same_shape, masked_sum, masked_whiten
 
 Estimator = Literal["gae", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
 """Names of the estimators :func:`compute_advantages` dispatches on (the config's ``algo.estimator``)."""
@@ -108,7 +108,7 @@ def drgrpo_advantages(scores: Tensor, group_ids: Tensor) -> Tensor:
     the group's std over-weights prompts that are nearly always or nearly never solved (a
     question-difficulty bias). The paper's other fix, no per-sequence length normalisation, is on
     the loss side: aggregate with ``"seq-mean-token-sum-norm"``
-    (:class:`srt_agent.learn.losses.Aggregation`).
+    (:class:`srt_agent.algo.losses.Aggregation`).
 
     Args:
         scores: ``(B,)`` per-sequence rewards.
@@ -147,7 +147,7 @@ def _check_rewards_on_mask(token_rewards: Tensor, mask: Tensor) -> None:
         b, t = (int(i) for i in torch.nonzero(stray)[0])
         raise ValueError(
             f"token_rewards[{b}, {t}] = {float(token_rewards[b, t])} lies on a token the policy did not "
-            "generate (mask 0); place rewards with srt_agent.learn.rewards.token_rewards"
+            "generate (mask 0); place rewards with srt_agent.algo.rewards.token_rewards"
         )
 
 
@@ -237,7 +237,7 @@ def reinforce_pp(token_rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, eps
     Hu et al., 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
     Models": no critic and no per-prompt baseline; the advantage of token ``t`` is
     ``G_t = sum_{k >= t} gamma^(k - t) r_k`` (the per-token KL penalty is usually part of ``r``,
-    see :func:`srt_agent.learn.kl.kl_penalized_rewards`), normalised by the mean and std of ``G``
+    see :func:`srt_agent.algo.kl.kl_penalized_rewards`), normalised by the mean and std of ``G``
     over every generated token of the batch.
 
     Args:

@@ -1,7 +1,7 @@
 """From a causal LM's logits to token-aligned logprobs and entropies.
 
 A causal LM's logits at position ``t`` predict token ``t + 1``. The learner's tensors are
-*token-aligned* instead (see :mod:`srt_agent.learn.advantages`): position ``t`` describes token
+*token-aligned* instead (see :mod:`srt_agent.algo.advantages`): position ``t`` describes token
 ``t``, like ``Trajectory.logprobs``. The functions here do that shift once, so no caller has an
 off-by-one to get wrong; position 0 (no distribution produced the first token) is 0.
 
@@ -101,7 +101,7 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Entropy of the distribution each token was sampled from, token-aligned.
 
     ``H_t = logsumexp(z) - sum softmax(z) * z`` with ``z`` the logits at ``t - 1`` (divided by the
-    temperature). Take :func:`srt_agent.learn.masked.masked_mean` over the generated-token mask for
+    temperature). Take :func:`srt_agent.algo.masked.masked_mean` over the generated-token mask for
     the policy's entropy (logging, or an entropy bonus).
 
     Args:

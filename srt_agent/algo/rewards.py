@@ -1,7 +1,7 @@
 """Placing an episode's rewards on its tokens, so token-level estimators credit each turn.
 
 A multi-turn episode gets a reward after each env step, and every step was caused by one
-generated turn (:attr:`srt_agent.rollout.trajectory.TurnRecord.reward`). Placed on the last
+generated turn (:attr:`srt_agent.contracts.trajectory.TurnRecord.reward`). Placed on the last
 token of the turn that caused it, a turn's reward is seen by GAE and REINFORCE++ from that turn's
 tokens and the earlier ones, never by later turns' tokens. Outcome estimators (GRPO, RLOO) only
 use the sum, which placement does not change.
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:  # the rollout package pulls in the chat format (transformers); only types needed
-    from srt_agent.rollout.trajectory import Trajectory
+    from srt_agent.contracts.trajectory import Trajectory
 
 RewardPlacement = Literal["turn", "final"]
 """``turn``: each turn's reward on that turn's last token; ``final``: the episode's total reward on
@@ -67,7 +67,7 @@ def token_rewards(
     final_rewards: Sequence[float] | None = None,
     turn_bonuses: Sequence[Sequence[float]] | None = None,
 ) -> Tensor:
-    """The batch's token-level rewards, aligned with :func:`srt_agent.learn.batch.collate`.
+    """The batch's token-level rewards, aligned with :func:`srt_agent.algo.batch.collate`.
 
     Args:
         trajectories: ``B`` episodes.
@@ -77,7 +77,7 @@ def token_rewards(
         final_rewards: Extra per-episode rewards added on the last generated token (e.g. a
             success bonus computed by the trainer).
         turn_bonuses: Extra per-turn rewards added on each turn's last token (e.g. DAPO's
-            overlong penalty per turn, :func:`srt_agent.learn.dapo.overlong_penalty`).
+            overlong penalty per turn, :func:`srt_agent.algo.dapo.overlong_penalty`).
 
     Returns:
         ``(B, T)`` float32, nonzero only on generated tokens.

@@ -1,7 +1,7 @@
 """DAPO's reward-side techniques: the soft overlong penalty and dynamic sampling.
 
 Yu et al., 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale". (The loss-side
-ones, clip-higher and the token-level loss, are options of :func:`srt_agent.learn.losses.policy_loss`.)
+ones, clip-higher and the token-level loss, are options of :func:`srt_agent.algo.losses.policy_loss`.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def overlong_penalty(lengths: Tensor, max_tokens: int, buffer_tokens: int, facto
     Added to the reward, so answers that run into the generation limit are discouraged smoothly
     instead of by the noisy 0 reward of a cut-off answer. In a multi-turn episode the limit is per
     turn (``rollout.max_new_tokens``), so apply it to turn lengths and pass the result as
-    ``turn_bonuses`` to :func:`srt_agent.learn.rewards.token_rewards`::
+    ``turn_bonuses`` to :func:`srt_agent.algo.rewards.token_rewards`::
 
         lengths = torch.tensor([end - start for start, end in traj.turn_spans])
         bonus = overlong_penalty(lengths, max_new_tokens, buffer_tokens).tolist()

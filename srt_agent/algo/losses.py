@@ -2,7 +2,7 @@
 
 :class:`Aggregation` turns per-token losses into one scalar.
 
-All inputs are token-aligned ``(B, T)`` tensors (see :mod:`srt_agent.learn.advantages`): position
+All inputs are token-aligned ``(B, T)`` tensors (see :mod:`srt_agent.algo.advantages`): position
 ``t`` holds quantities of token ``t``, and ``mask`` is 1 on the tokens the policy generated.
 Losses are to be minimised; stats are plain floats for logging.
 """
@@ -15,7 +15,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from srt_agent.learn.masked import check_same_shape, masked_mean, masked_sum
+from srt_agent.algo.masked import check_same_shape, masked_mean, masked_sum
 
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 """How per-token losses become one scalar (the config's ``algo.loss_agg``); see :class:`Aggregation`."""
@@ -223,7 +223,7 @@ def value_loss(
     Args:
         values: ``(B, T)`` the critic's current values (with gradient).
         old_values: ``(B, T)`` the values at rollout time (used for GAE).
-        returns: ``(B, T)`` targets (:attr:`srt_agent.learn.advantages.Advantages.returns`).
+        returns: ``(B, T)`` targets (:attr:`srt_agent.algo.advantages.Advantages.returns`).
         mask: ``(B, T)`` generated-token mask.
         clip: Clip range in value units; ``None`` for the plain squared error.
         agg: How to aggregate; default token-mean.

@@ -23,8 +23,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from srt_agent.learn.losses import Aggregation
-from srt_agent.learn.masked import check_same_shape
+from srt_agent.algo.losses import Aggregation
+from srt_agent.algo.masked import check_same_shape
 
 KLEstimator = Literal["k1", "k2", "k3"]
 """Per-token KL estimators (the config's ``algo.kl.estimator``)."""
