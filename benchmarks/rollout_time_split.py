@@ -35,13 +35,13 @@ from typing import Any
 
 import torch
 
+from srt_agent.bench.peers import drift_weights
 from srt_agent.chat_format import ChatFormat
 from srt_agent.engine import scheduler as engine_scheduler
 from srt_agent.engine import speculative
 from srt_agent.engine.checkpoint import read_state_dict
 from srt_agent.paths import default_model_dir
 from srt_agent.rollout import bench
-from srt_agent.rollout.bench_peers import drift_weights
 from srt_agent.tree_cache import TreeCache
 
 SECONDS: defaultdict[str, float] = defaultdict(float)

@@ -1,6 +1,6 @@
 """Micro-benchmark of speculative decoding in ``TorchEngine``: tokens per forward and decode tok/s.
 
-On a random Llama shaped like the embedded model (:data:`srt_agent.engine.random_model.EMBEDDED_LIKE`),
+On a random Llama shaped like the embedded model (:data:`srt_agent.bench.random_model.EMBEDDED_LIKE`),
 three systems generate the same seeded requests:
 
 * ``off``: no draft source (plain decoding);
@@ -38,9 +38,9 @@ from collections.abc import Sequence
 
 import torch
 
+from srt_agent.bench.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
-from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
 
 

@@ -325,7 +325,7 @@ def bench_engine_cmd(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
 ) -> None:
     """Decode tokens/s of TorchEngine vs HF generate() at batch 1 and 32, side by side."""
-    from srt_agent.engine.bench import bench_engine
+    from srt_agent.bench.engine import bench_engine
 
     model_dir = _model_dir(model)
     if json_path is not None:
@@ -363,8 +363,8 @@ def bench_rollout_cmd(
     ),
 ) -> None:
     """Multi-round rollouts with SRT off/on, without run-ahead, random drafts, HF peers, slow tools."""
-    from srt_agent.rollout.bench import CONFIGS, RolloutBenchConfig
-    from srt_agent.rollout.bench_report import bench_rollout
+    from srt_agent.bench.rollout import CONFIGS, RolloutBenchConfig
+    from srt_agent.bench.rollout_report import bench_rollout
 
     model_dir = _model_dir(model)
     try:

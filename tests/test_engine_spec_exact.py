@@ -26,8 +26,8 @@ import torch
 from spec_drafters import ModelDrafts
 from transformers import AutoModelForCausalLM
 
+from srt_agent.bench.random_model import save_random_model
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
-from srt_agent.engine.random_model import save_random_model
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine

@@ -18,7 +18,7 @@ from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
 from test_engine_spec_exact import CASES, _chi_square_p, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
 
-from srt_agent.engine.random_model import char_tokenizer, save_random_model
+from srt_agent.bench.random_model import char_tokenizer, save_random_model
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.torch_engine import TorchEngine
 

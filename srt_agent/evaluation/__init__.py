@@ -11,7 +11,6 @@ from srt_agent.evaluation.runner import (
     ModelLoadError,
     eval_command,
     eval_episodes,
-    load_model,
     run_eval,
 )
 
@@ -22,7 +21,6 @@ __all__ = [
     "ModelLoadError",
     "eval_command",
     "eval_episodes",
-    "load_model",
     "pass_hat_k",
     "reason_category",
     "run_eval",

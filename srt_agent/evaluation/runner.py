@@ -28,6 +28,8 @@ from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
 from srt_agent.rollout.trace import write_trace
+from srt_agent.runtime import Runtime, build_runtime
+from srt_agent.tree_cache import TreeCache
 
 EVAL_SEED_END = 10_000_000
 """Evaluation seeds stay below this; it equals ``srt_agent.model.demos.DEMO_SEED_BASE``, where the
@@ -60,40 +62,6 @@ def eval_episodes(
     ]
 
 
-def load_model(
-    model_dir: str | Path, *, max_batch_size: int = 32, spec: bool = False, num_threads: int | None = None
-) -> tuple[Engine, ChatFormat]:
-    """A :class:`~srt_agent.engine.torch_engine.TorchEngine` and the chat format of a model directory.
-
-    Args:
-        model_dir: HF model directory with a tokenizer and chat template.
-        max_batch_size: Most sequences the engine decodes at once.
-        spec: Speculate (SRT): give the engine a fresh :class:`~srt_agent.tree_cache.TreeCache` as its
-            draft source, so every turn is drafted from the cache and feeds it.
-        num_threads: Torch threads (process-wide); ``None`` keeps torch's setting.
-
-    Raises:
-        ModelLoadError: The directory is missing or not a loadable checkpoint with a chat template.
-    """
-    from srt_agent.engine.torch_engine import TorchEngine  # imports torch: only when a model is loaded
-    from srt_agent.tree_cache.cache import TreeCache
-
-    path = Path(model_dir)
-    if not path.is_dir():
-        raise ModelLoadError(f"model directory {str(path)!r} does not exist")
-    try:
-        fmt = ChatFormat.from_pretrained(path)
-        engine = TorchEngine(
-            path,
-            max_batch_size=max_batch_size,
-            draft_source=TreeCache() if spec else None,
-            num_threads=num_threads,
-        )
-    except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
-        raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
-    return engine, fmt
-
-
 def run_eval(
     env_id: str,
     model: str | Path | Engine,
@@ -116,7 +84,7 @@ def run_eval(
 
     Args:
         env_id: Any registered env id (built-in or custom).
-        model: A model directory (loaded with :func:`load_model` and closed afterwards) or an
+        model: A model directory (loaded, with a fresh tree cache if ``spec``, and closed afterwards) or an
             engine instance (left open; pass ``fmt`` with it).
         fmt: The chat format of an engine instance's model.
         episodes: Tasks to evaluate (env seeds ``first_seed ..``).
@@ -152,16 +120,19 @@ def run_eval(
         seed=seed,
     )
     used_spec: bool | None
+    engine: Engine
     if isinstance(model, str | Path):
-        engine, fmt = load_model(model, max_batch_size=max_concurrent, spec=spec)
+        runtime = _load(model, config, spec, progress)
+        engine, scheduler = runtime.engine, runtime.scheduler
         name, owned, used_spec = str(model), True, spec
     elif fmt is None:
         raise ValueError("run_eval with an engine instance needs fmt=ChatFormat(...) for its tokenizer")
     else:
         engine, name, owned, used_spec = model, type(model).__name__, False, None
+        scheduler = RolloutScheduler(engine, fmt, config, progress=progress)
     try:
         t0 = time.perf_counter()
-        batch = rollout_sync(RolloutScheduler(engine, fmt, config, progress=progress), specs)
+        batch = rollout_sync(scheduler, specs)
         wall_s = time.perf_counter() - t0
     finally:
         if owned:
@@ -179,6 +150,19 @@ def run_eval(
         spec=used_spec,
         metrics=batch.metrics,
     )
+
+
+def _load(
+    model_dir: str | Path, config: RolloutConfig, spec: bool, progress: ProgressCallback | None
+) -> Runtime:
+    """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory {str(path)!r} does not exist")
+    try:
+        return build_runtime(path, config, draft_source=TreeCache() if spec else None, progress=progress)
+    except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
+        raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def eval_command(

@@ -28,10 +28,10 @@ from srt_agent.chat_format import ChatFormat
 from srt_agent.config import RunConfig
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine.speculation.stats import SpecStats
-from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeSpec
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
+from srt_agent.runtime import Runtime, build_runtime
 from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
@@ -70,24 +70,26 @@ class Rollouts:
         self, cfg: RunConfig, model_dir: Path, fmt: ChatFormat, cache: TreeCache, device: torch.device
     ) -> None:
         self.cfg, self.model_dir, self.fmt, self.cache, self.device = cfg, model_dir, fmt, cache, device
-        self.engine = self._engine(cache)
-        ahead = cfg.spec.run_ahead
-        self.scheduler = RolloutScheduler(
-            self.engine, fmt, cfg.rollout_config(), runahead=ahead if ahead.enabled else None
-        )
-        self._baseline: TorchEngine | None = None
+        self.runtime = self._runtime(cache)
+        self.engine = self.runtime.engine
+        self.scheduler = self.runtime.scheduler
+        self._baseline: Runtime | None = None
         self._baseline_stale = True
         self._weights: Mapping[str, torch.Tensor] | None = None
         self.announced = False  # whether the scheduler took an announcement (reported once)
 
-    def _engine(self, cache: TreeCache | None) -> TorchEngine:
-        return TorchEngine(
+    def _runtime(self, cache: TreeCache | None, progress: ProgressCallback | None = None) -> Runtime:
+        cfg = self.cfg
+        return build_runtime(
             self.model_dir,
-            max_batch_size=self.cfg.rollout.max_concurrent,
-            device=self.device,
-            seed=self.cfg.trainer.seed,
+            cfg.rollout_config(),
             draft_source=cache,
-            spec=self.cfg.spec.engine_config(),
+            spec=cfg.spec.engine_config(),
+            run_ahead=cfg.spec.run_ahead if cache is not None else None,
+            fmt=self.fmt,
+            device=self.device,
+            seed=cfg.trainer.seed,
+            progress=progress,
         )
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
@@ -126,15 +128,16 @@ class Rollouts:
     def baseline(self, specs: Sequence[EpisodeSpec], progress: ProgressCallback | None = None) -> StepRollout:
         """Roll out ``specs`` again with speculation off (same sampling seeds), for timing only."""
         if self._baseline is None:
-            self._baseline = self._engine(None)
+            self._baseline = self._runtime(None)
+        base = self._baseline
         if self._baseline_stale and self._weights is not None:
-            self._baseline.update_weights(self._weights)
+            base.engine.update_weights(self._weights)
         self._baseline_stale = False
-        scheduler = RolloutScheduler(self._baseline, self.fmt, self.cfg.rollout_config(), progress=progress)
+        base.scheduler.progress = progress
         t0 = time.perf_counter()
-        trajectories = _run(scheduler.run(specs), self.cfg.rollout.max_concurrent)
+        trajectories = _run(base.scheduler.run(specs), self.cfg.rollout.max_concurrent)
         seconds = time.perf_counter() - t0
-        return StepRollout(trajectories, seconds, self._baseline.spec_stats(reset=True))
+        return StepRollout(trajectories, seconds, base.engine.spec_stats(reset=True))
 
     def evaluate(self, progress: ProgressCallback | None = None) -> EvalReport:
         """Held-out evaluation of the current weights: ``trainer.eval_episodes`` tasks of ``env.eval_seeds``.
@@ -183,7 +186,7 @@ class Rollouts:
 
     def close(self) -> None:
         """Stop the engines' worker threads."""
-        self.engine.close()
+        self.runtime.close()
         if self._baseline is not None:
             self._baseline.close()
 

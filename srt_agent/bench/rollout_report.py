@@ -8,8 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from srt_agent.console import make_console
-from srt_agent.rollout.bench import (
+from srt_agent.bench.rollout import (
     CONFIGS,
     HF_CONFIGS,
     LATENCY_CONFIGS,
@@ -17,6 +16,7 @@ from srt_agent.rollout.bench import (
     RoundResult,
     totals,
 )
+from srt_agent.console import make_console
 
 
 def _ratio(reference: float, value: float) -> float:
@@ -219,7 +219,7 @@ def bench_rollout(
     Raises:
         FileNotFoundError: The model directory does not exist.
     """
-    from srt_agent.rollout.bench import run_rollout_bench
+    from srt_agent.bench.rollout import run_rollout_bench
 
     out = console or make_console()
 

@@ -3,7 +3,7 @@
 The workload: for each env, ``prompts`` tasks (env seeds ``first_env_seed ..``) times ``samples``
 trials each (a GRPO-style group), ``rounds`` rounds over the same prompt set, temperature 1 by
 default. Between rounds the policy drifts: every configuration gets the same small update
-(:func:`~srt_agent.rollout.bench_peers.drift_weights`: Gaussian noise of ``drift`` times each
+(:func:`~srt_agent.bench.peers.drift_weights`: Gaussian noise of ``drift`` times each
 tensor's standard deviation, seeded per round), standing in for one RL step. Round ``r`` uses the
 same sampling seeds in every configuration (derived from the episode ids, which carry the round),
 so TorchEngine configurations generate the same tokens whatever they speculate (exact verification
@@ -19,7 +19,7 @@ rotating each round), so that load on a shared machine hits them alike:
 * ``useless``: TorchEngine speculating from random drafts (the cache's content disabled);
 * ``cache_only``: TorchEngine + TreeCache with speculation off: the cache takes every committed
   token and is never asked for a draft, so its ratio is the cost of the cache's upkeep alone;
-* ``hf_generate``: HF ``generate()`` through :class:`~srt_agent.rollout.bench_peers.HFEngine`
+* ``hf_generate``: HF ``generate()`` through :class:`~srt_agent.bench.peers.HFEngine`
   (static batches of the requests that arrive together), first ``hf_rounds`` rounds only;
 * ``prompt_lookup``: HF prompt lookup decoding (``prompt_lookup_num_tokens=10``), which HF supports
   only at batch size 1: requests run one at a time; first ``hf_rounds`` rounds only;
@@ -200,16 +200,24 @@ def episodes_of(
 
 
 def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
+    from srt_agent.bench.peers import HFEngine, UselessDrafts, register_latency_env
     from srt_agent.engine.checkpoint import read_config
-    from srt_agent.engine.torch_engine import TorchEngine
-    from srt_agent.rollout.bench_peers import HFEngine, UselessDrafts, register_latency_env
-    from srt_agent.tree_cache.cache import TreeCache
+    from srt_agent.runtime import build_runtime
+    from srt_agent.tree_cache import TreeCache
 
+    rollout = RolloutConfig(
+        max_concurrent=config.max_batch_size,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        seed=config.seed,
+    )
     engine: Engine
-    if name == "hf_generate":
-        engine = HFEngine(config.model_dir, max_batch_size=config.max_batch_size, device=config.device)
-    elif name == "prompt_lookup":
-        engine = HFEngine(config.model_dir, prompt_lookup=10, device=config.device)
+    if name in HF_CONFIGS:  # the peers: HF's own generation, wired by hand (not TorchEngine)
+        if name == "prompt_lookup":  # HF supports prompt lookup only at batch size 1
+            engine = HFEngine(config.model_dir, prompt_lookup=10, device=config.device)
+        else:
+            engine = HFEngine(config.model_dir, max_batch_size=config.max_batch_size, device=config.device)
+        scheduler = RolloutScheduler(engine, fmt, rollout)
     else:
         source: Any = None
         cache_config, spec = config.spec_configs()
@@ -219,21 +227,16 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             source = TreeCache(cache_config)
         if name == "cache_only":
             spec = spec.model_copy(update={"enabled": False})
-        engine = TorchEngine(
+        runtime = build_runtime(
             config.model_dir,
-            max_batch_size=config.max_batch_size,
+            rollout,
             draft_source=source,
             spec=spec,
+            run_ahead=RunAheadConfig() if name in ("srt", "latency_srt") else None,
+            fmt=fmt,
             device=config.device,
         )
-    rollout = RolloutConfig(
-        max_concurrent=config.max_batch_size,
-        temperature=config.temperature,
-        max_new_tokens=config.max_new_tokens,
-        seed=config.seed,
-    )
-    runahead = RunAheadConfig() if name in ("srt", "latency_srt") else None
-    scheduler = RolloutScheduler(engine, fmt, rollout, runahead=runahead)
+        engine, scheduler = runtime.engine, runtime.scheduler
     latency = name in LATENCY_CONFIGS
     env_ids = {e: register_latency_env(e, config.latency_s) if latency else e for e in config.envs}
     rounds = min(config.hf_rounds, config.rounds) if name in HF_CONFIGS else config.rounds
@@ -266,8 +269,8 @@ def run_rollout_bench(
     Raises:
         FileNotFoundError: ``config.model_dir`` does not exist.
     """
+    from srt_agent.bench.peers import drift_weights
     from srt_agent.engine.checkpoint import read_state_dict
-    from srt_agent.rollout.bench_peers import drift_weights
 
     if not config.model_dir.is_dir():
         raise FileNotFoundError(f"model dir {config.model_dir} does not exist")

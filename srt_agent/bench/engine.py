@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
+from srt_agent.bench.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.console import make_console
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
-from srt_agent.engine.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.engine.torch_engine import TorchEngine
 
 
@@ -99,7 +99,7 @@ def run_engine_bench(
 
     Args:
         model_dir: HF checkpoint directory; ``None`` benchmarks a random Llama shaped like the
-            embedded model (:data:`~srt_agent.engine.random_model.EMBEDDED_LIKE`) in a temp dir.
+            embedded model (:data:`~srt_agent.bench.random_model.EMBEDDED_LIKE`) in a temp dir.
         batch_sizes: Batch sizes to measure.
         new_tokens: Tokens generated per sequence (>= 2).
         prompt_len: Prompt tokens per sequence (random ids).

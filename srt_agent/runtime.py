@@ -1,0 +1,107 @@
+"""The one place that wires a rollout runtime: engine, draft source and scheduler.
+
+``train``, ``eval`` and ``bench`` all roll out through a :class:`Runtime` built here, so an
+engine is always given its draft source and speculation options the same way, and a scheduler
+always gets the run-ahead queue it was configured with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from srt_agent.chat_format import ChatFormat
+from srt_agent.contracts.draft import DraftSourceProtocol
+from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
+from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
+from srt_agent.tree_cache import TreeCache
+
+if TYPE_CHECKING:
+    import torch
+
+    from srt_agent.engine.torch_engine import TorchEngine
+
+
+@dataclass
+class Runtime:
+    """An engine, its draft source and a scheduler over them.
+
+    Attributes:
+        engine: The engine (closed by :meth:`close`).
+        fmt: The model's chat format.
+        draft_source: What the engine drafts from and reports to (``None``: plain decoding).
+        scheduler: Plays episodes against ``engine``.
+    """
+
+    engine: TorchEngine
+    fmt: ChatFormat
+    draft_source: DraftSourceProtocol | None
+    scheduler: RolloutScheduler
+
+    @property
+    def cache(self) -> TreeCache | None:
+        """The draft source when it is a tree cache."""
+        return self.draft_source if isinstance(self.draft_source, TreeCache) else None
+
+    def close(self) -> None:
+        """Stop the engine's worker thread."""
+        self.engine.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_runtime(
+    model_dir: str | Path,
+    rollout: RolloutConfig,
+    *,
+    draft_source: DraftSourceProtocol | None = None,
+    spec: SpecConfig | None = None,
+    run_ahead: RunAheadConfig | None = None,
+    fmt: ChatFormat | None = None,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    num_threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Runtime:
+    """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` and wire a scheduler.
+
+    Args:
+        model_dir: The HF model directory.
+        rollout: The scheduler's options; ``max_concurrent`` is also the engine's batch size.
+        draft_source: What to speculate from (a :class:`TreeCache`, usually); ``None``: no drafts.
+        spec: Speculation options (default: :class:`SpecConfig` ()); ignored without a draft source.
+        run_ahead: Run-ahead options; ``None`` or not ``enabled``: no run-ahead queue. Needs a
+            draft source (run-ahead output only feeds it).
+        fmt: The model's chat format; loaded from ``model_dir`` when ``None``.
+        device: Where the engine runs.
+        seed: The engine's generator seed (for requests without their own).
+        num_threads: ``torch.set_num_threads`` (process-wide) if given.
+        progress: Called with each finished trajectory.
+
+    Raises:
+        ValueError: Run-ahead asked for without a draft source.
+        srt_agent.engine.CheckpointError: ``model_dir`` is not a loadable model.
+    """
+    from srt_agent.engine.torch_engine import TorchEngine  # torch: only when a runtime is built
+
+    if run_ahead is not None and run_ahead.enabled and draft_source is None:
+        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+    fmt = fmt or ChatFormat.from_pretrained(model_dir)
+    engine = TorchEngine(
+        model_dir,
+        max_batch_size=rollout.max_concurrent,
+        device=device,
+        seed=seed,
+        num_threads=num_threads,
+        draft_source=draft_source,
+        spec=spec,
+    )
+    ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
+    scheduler = RolloutScheduler(engine, fmt, rollout, runahead=ahead, progress=progress)
+    return Runtime(engine, fmt, draft_source, scheduler)
