@@ -15,13 +15,14 @@ from typing import Any, Literal, SupportsFloat
 import gymnasium as gym
 import pytest
 from pydantic import Field
+from scripted_engine import ScriptedEngine
 from test_rollout_support import episode_of, tiny_format
 
 from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.messages import Message, system, user
 from srt_agent.registration import register_env
-from srt_agent.rollout import EpisodeSpec, ScriptedEngine, Trajectory, run_rollouts
+from srt_agent.rollout import EpisodeSpec, Trajectory, run_rollouts
 from srt_agent.rollout.trace import read_trace, write_trace
 from srt_agent.spaces import AnyText, MessagesSpace
 from srt_agent.tool import tool

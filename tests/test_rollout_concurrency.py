@@ -7,6 +7,7 @@ import io
 import time
 
 from rich.console import Console
+from scripted_engine import ScriptedEngine
 from test_rollout_support import NAPS, SCRIPT_ENV, episode_of, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest
@@ -15,7 +16,6 @@ from srt_agent.rollout import (
     RolloutConfig,
     RolloutProgress,
     RolloutScheduler,
-    ScriptedEngine,
     Trajectory,
     run_rollouts,
 )

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from chat_fixtures import TEMPLATES
+from scripted_engine import Response, ScriptedEngine
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
-from srt_agent.rollout import EpisodeSpec, ScriptedEngine, Trajectory, run_rollouts
-from srt_agent.rollout.testing import Response
+from srt_agent.rollout import EpisodeSpec, Trajectory, run_rollouts
 
 # Qwen2.5's template, except that it rewrites the start of the text when the newest message is
 # exactly "REWRITE": append-only for every other conversation, so only that episode breaks.

@@ -6,21 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from scripted_engine import ScriptedEngine, position_logprob
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest, state_key
 from srt_agent.messages import user
 from srt_agent.registration import make
-from srt_agent.rollout import (
-    EpisodeSpec,
-    RolloutConfig,
-    ScriptedEngine,
-    Trajectory,
-    json_safe,
-    run_rollouts,
-    sampling_seed,
-)
-from srt_agent.rollout.testing import position_logprob
+from srt_agent.rollout import EpisodeSpec, RolloutConfig, Trajectory, json_safe, run_rollouts, sampling_seed
 from srt_agent.tool_parser import format_tool_call
 
 NAP = format_tool_call("nap", {"seconds": 0.0})

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_engine import ScriptedEngine
 from test_rollout_support import SCRIPT_ENV, tiny_format, turn_of
 
 from srt_agent.contracts.generation import state_key
 from srt_agent.rollout import (
     TRACE_SCHEMA,
     EpisodeSpec,
-    ScriptedEngine,
     TraceFormatError,
     Trajectory,
     episode_prefix,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripted_engine import ScriptedEngine
 from test_rollout_support import save_tiny_llama, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest, state_key
@@ -16,7 +17,6 @@ from srt_agent.rollout import (
     RolloutConfig,
     RolloutScheduler,
     RunAheadConfig,
-    ScriptedEngine,
     ToolMemo,
     rollout_sync,
 )

@@ -8,7 +8,7 @@
   (:meth:`RolloutScheduler.announce` for the trainer's coming prompts);
 * :class:`Trajectory`: one episode's exact tokens, loss mask, logprobs, rewards and timings;
 * :func:`write_trace` / :func:`read_trace`: the per-turn JSONL trace (schema ``srt-trace/1``);
-* :class:`RolloutProgress`: a rich progress bar; :class:`ScriptedEngine`: a test double.
+* :class:`RolloutProgress`: a rich progress bar.
 """
 
 # Exports load on first use (PEP 562): ``srt_agent.rollout.config`` is part of the run config, and
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
         rollout_sync,
         run_rollouts,
     )
-    from srt_agent.rollout.testing import ScriptedEngine
     from srt_agent.rollout.tool_memo import ToolMemo
     from srt_agent.rollout.trace import (
         TRACE_SCHEMA,
@@ -57,7 +56,6 @@ _EXPORTS = {
     "RolloutScheduler": "srt_agent.rollout.scheduler",
     "rollout_sync": "srt_agent.rollout.scheduler",
     "run_rollouts": "srt_agent.rollout.scheduler",
-    "ScriptedEngine": "srt_agent.rollout.testing",
     "ToolMemo": "srt_agent.rollout.tool_memo",
     "TRACE_SCHEMA": "srt_agent.rollout.trace",
     "TraceFormatError": "srt_agent.rollout.trace",
@@ -98,7 +96,6 @@ __all__ = [
     "RunAhead",
     "RunAheadConfig",
     "RunAheadStats",
-    "ScriptedEngine",
     "Status",
     "ToolMemo",
     "TraceFormatError",
