@@ -219,10 +219,12 @@ def batch_loss(
     cache = None
     if prefix:
         # One row's prefix, with its keys/values repeated per row; gradients flow back through them.
-        cache = base(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
+        out = base(input_ids=ids[:1, :prefix], use_cache=True)
+        # transformers 5.x names the output's cache `cache` (the old name warns); 4.x `past_key_values`.
+        cache = out["cache"] if "cache" in out else out.past_key_values  # noqa: SIM401 - no eager default
         cache.batch_repeat_interleave(ids.shape[0])
     # With a cache, positions continue after the prefix; the mask covers prefix + own tokens.
-    # transformers 5.x renamed the forward argument (the old name warns); 4.x knows only the old one.
+    # The same rename for the forward argument.
     name = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     hidden = base(input_ids=ids[:, prefix:], attention_mask=attn, **{name: cache}).last_hidden_state
     labels = inputs["labels"][:, prefix + 1 :]  # (B, T'): token t is predicted from position t - 1
