@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from srt_agent.faults import FAULTS, describe_fault
 from srt_agent.messages import Message, tool_result
 from srt_agent.tool import Tool, ToolArgumentsError
 from srt_agent.tool_parser import MalformedCall, ParsedTurn, ToolCall
@@ -31,20 +32,6 @@ from srt_agent.tool_parser import MalformedCall, ParsedTurn, ToolCall
 ErrorKind = Literal[
     "malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout", "too_many_calls"
 ]
-
-TOOL_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
-"""What a tool may raise and still only fail its own call: ``SystemExit`` and ``KeyboardInterrupt``
-raised by a tool's code are its failures, not the process's (a real Ctrl-C reaches the rollout as
-the cancellation of its task, which is never caught here)."""
-
-
-def describe_fault(exc: BaseException) -> str:
-    """``"<Type>: <message>"`` of an exception, even one whose ``__str__`` raises."""
-    try:
-        text = str(exc)
-    except TOOL_FAULTS:
-        text = "<the exception's message could not be printed>"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class ToolResult(BaseModel):
@@ -253,7 +240,7 @@ class ToolSet:
     def _finish(self, call: ToolCall, value: Any, t0: float) -> ToolResult:
         try:
             content = render_output(value, self.max_output_chars)
-        except TOOL_FAULTS as exc:  # a result whose __str__ (or JSON hook) raises
+        except FAULTS as exc:  # a result whose __str__ (or JSON hook) raises
             what = type(value).__name__
             reason = f"the tool returned a {what} that could not be shown as text ({describe_fault(exc)})"
             return self._error(call.id, call.name, "error", reason, t0)
@@ -276,7 +263,7 @@ class ToolSet:
         t, kwargs = prepared
         try:
             value = _run_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
-        except TOOL_FAULTS as exc:  # every tool failure becomes a message
+        except FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
 
@@ -289,7 +276,7 @@ class ToolSet:
         t, kwargs = prepared
         try:
             value = await _await_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
-        except TOOL_FAULTS as exc:  # every tool failure becomes a message
+        except FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
 

@@ -22,6 +22,7 @@ from srt_agent.chat_format import ChatFormat, TemplateContinuityError, TokenTran
 from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
 from srt_agent.env import async_step
+from srt_agent.faults import FAULTS, describe_fault
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
@@ -39,30 +40,20 @@ class _EpisodeEnd(Exception):
         self.reason = reason
 
 
-_FAULTS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
-"""What an env (or a tool inside it) may raise and fail only its own episode. ``SystemExit`` and
-``KeyboardInterrupt`` from env code are its failures, not the process's: a real Ctrl-C reaches a
-rollout as the cancellation of its tasks, which is never caught here."""
-
-
 class EnvContractError(TypeError):
     """An env returned something the multi-turn env contract does not allow (the message says what)."""
 
 
 def _describe(exc: BaseException) -> str:
     """``"<Type>: <first line of the message>"``; the full message and traceback go to the log."""
-    try:
-        first = str(exc).strip().split("\n", 1)[0]
-    except _FAULTS:  # an exception whose __str__ raises
-        first = "<message could not be printed>"
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return describe_fault(exc, first_line=True)
 
 
 def _shown(value: Any) -> str:
     """A short, safe rendering of a bad value for an error message."""
     try:
         text = repr(value)
-    except _FAULTS:
+    except FAULTS:
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -201,7 +192,7 @@ class EpisodeRunner:
                 logger.warning("episode %s failed: %s", self.spec.episode_id, reason, exc_info=end.__cause__)
             else:
                 logger.debug("episode %s truncated: %s", self.spec.episode_id, reason)
-        except _FAULTS as exc:  # a fault no step above contained (a bug): still this episode's alone
+        except FAULTS as exc:  # a fault no step above contained (a bug): still this episode's alone
             status, reason = "failed", f"internal error: {_describe(exc)}"
             logger.error("episode %s failed: %s", self.spec.episode_id, reason, exc_info=True)
         finally:
@@ -246,7 +237,7 @@ class EpisodeRunner:
             if not isinstance(result, tuple) or len(result) != 2:
                 raise EnvContractError(f"reset returned {_shown(result)}; expected (observation, info)")
             opening, info = check_observation(result[0], "reset"), check_info(result[1], "reset")
-        except _FAULTS as exc:  # contained: this episode fails, the others go on
+        except FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in {where}") from exc
         finally:
             self.env_s += time.perf_counter() - t
@@ -323,7 +314,7 @@ class EpisodeRunner:
         obs: tuple[Message, ...] = ()
         try:
             obs, reward, terminated, truncated, info = check_step(await async_step(self.env, action))
-        except _FAULTS as exc:  # contained: this episode fails, the others go on
+        except FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in step") from exc
         finally:
             self.env_s += time.perf_counter() - t
@@ -348,7 +339,7 @@ class EpisodeRunner:
         t = time.perf_counter()
         try:
             await asyncio.to_thread(self.env.close)
-        except _FAULTS:  # the episode's result stands; a leak is only logged
+        except FAULTS:  # the episode's result stands; a leak is only logged
             logger.warning("episode %s: env.close() raised", self.spec.episode_id, exc_info=True)
         self.env_s += time.perf_counter() - t
 
@@ -361,7 +352,7 @@ class EpisodeRunner:
             return total >= 1.0 - 1e-9
         try:
             return bool(judge(total, self.info))
-        except _FAULTS:  # a broken judge counts as not solved, and is logged
+        except FAULTS:  # a broken judge counts as not solved, and is logged
             logger.warning("episode %s: is_success raised", self.spec.episode_id, exc_info=True)
             return False
 
