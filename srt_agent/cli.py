@@ -122,11 +122,7 @@ def demo_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="Do not print transcripts.")] = False,
 ) -> None:
     """List the envs, then let each env's oracle play episodes and summarise the results."""
-    if json_path is not None:
-        try:
-            check_output_file(json_path, "--json")
-        except OutputPathError as exc:
-            raise _report_error(exc) from None
+    _check_outputs((json_path, "--json"))
     envs_cmd()
     table = Table(title=f"Oracle episodes (seeds {seed}..{seed + episodes - 1})")
     table.add_column("env", no_wrap=True)
@@ -184,6 +180,19 @@ def _report_error(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _check_outputs(*outputs: tuple[Path | None, str]) -> None:
+    """Check, before a run, that each given output path can be written, or exit saying why (code 2).
+
+    After the run it would be too late: the results would be lost.
+    """
+    try:
+        for path, what in outputs:
+            if path is not None:
+                check_output_file(path, what)
+    except OutputPathError as exc:
+        raise _report_error(exc) from None
+
+
 def _model_dir(model: Path | None) -> Path:
     """The model to use (see :func:`srt_agent.paths.resolve_model_dir`), or a clean exit saying why."""
     try:
@@ -226,13 +235,12 @@ def build_model_cmd(
     from srt_agent.model.build import BuildDirError, build_model, preset_config
 
     target = out or default_model_dir()
+    _check_outputs((json_path, "--json"))
     try:
-        if json_path is not None:
-            check_output_file(json_path, "--json")
         defaults = preset_config(preset)
         config = replace(defaults, sft=replace(defaults.sft, device=device))
         report = build_model(target, seed=seed, force=force, config=config)
-    except (BuildDirError, ValueError) as exc:  # OutputPathError is a ValueError
+    except (BuildDirError, ValueError) as exc:
         raise _report_error(exc) from None
     table = Table(title=f"{preset} model -> {target}")
     table.add_column("figure")
@@ -328,11 +336,7 @@ def bench_engine_cmd(
     from srt_agent.bench.engine import bench_engine
 
     model_dir = _model_dir(model)
-    if json_path is not None:
-        try:
-            check_output_file(json_path, "--json")
-        except OutputPathError as exc:
-            raise _report_error(exc) from None
+    _check_outputs((json_path, "--json"))
     bench_engine(model_dir, json_path)
 
 
@@ -375,11 +379,9 @@ def bench_rollout_cmd(
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
             backoff_window=backoff_window, draws=draws, device=device,
         )  # fmt: skip
-        for path, what in ((json_path, "--json"), (plot, "--plot")):
-            if path is not None:
-                check_output_file(path, what)
-    except ValueError as exc:  # OutputPathError included
+    except ValueError as exc:
         raise _report_error(exc) from None
+    _check_outputs((json_path, "--json"), (plot, "--plot"))
     bench_rollout(config, json_path=json_path, plot_path=plot, console=console)
 
 
