@@ -162,7 +162,7 @@ def test_resume_continues_after_the_checkpoint_and_matches_an_uninterrupted_run(
 
 
 def test_a_damaged_file_is_caught_by_the_manifest(tmp_path: Path) -> None:
-    from srt_agent.train.checkpoint import resumable_checkpoints, verify_checkpoint
+    from srt_agent.train.checkpoint import resume_order, verify_checkpoint
 
     first = write_checkpoint(tmp_path, 1, {}, write_one)
     second = write_checkpoint(tmp_path, 2, {}, write_one)
@@ -171,20 +171,23 @@ def test_a_damaged_file_is_caught_by_the_manifest(tmp_path: Path) -> None:
     assert verify_checkpoint(second) == ["weights.bin has 40 bytes, 100 were written"]
     (second.path / "weights.bin").write_bytes(b"y" * 100)  # same size, other bytes
     assert verify_checkpoint(second) == ["weights.bin does not match its checksum"]
-    usable, skipped = resumable_checkpoints(tmp_path)
-    assert [c.step for c in usable] == [1]
-    assert skipped == ["step-000002: damaged (weights.bin does not match its checksum)"]
+    order = [(c.step, why) for c, why in resume_order(tmp_path)]
+    assert [step for step, why in order if not why] == [1]
+    assert [f"step-00000{step}: {why}" for step, why in order if why] == [
+        "step-000002: damaged (weights.bin does not match its checksum)"
+    ]
 
 
 def test_pruning_keeps_the_newest_checkpoint_with_finite_weights(tmp_path: Path) -> None:
-    from srt_agent.train.checkpoint import resumable_checkpoints
+    from srt_agent.train.checkpoint import resume_order
 
     write_checkpoint(tmp_path, 1, {"finite": True}, write_one)
     for step in range(2, 6):  # the run diverged after step 1
         write_checkpoint(tmp_path, step, {"finite": False}, write_one)
     assert [c.step for c in list_checkpoints(tmp_path)] == [1, 4, 5]
-    usable, skipped = resumable_checkpoints(tmp_path)
-    assert [c.step for c in usable] == [1] and len(skipped) == 2 and "not finite" in skipped[0]
+    order = [(c.step, why) for c, why in resume_order(tmp_path)]
+    usable, skipped = [step for step, why in order if not why], [why for _, why in order if why]
+    assert usable == [1] and len(skipped) == 2 and "not finite" in skipped[0]
 
 
 def test_resume_falls_back_past_damaged_and_nan_checkpoints_and_says_so(

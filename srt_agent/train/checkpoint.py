@@ -19,7 +19,7 @@ step ``N``, so a half-written checkpoint (a killed writer's ``.tmp-*``) is never
 
 Integrity: a file damaged after the rename (a truncated copy, a bad disk) is caught by the
 manifest (:func:`verify_checkpoint`), and resuming falls back to the newest checkpoint that is intact
-and whose weights were finite (:func:`resumable_checkpoints`). Pruning never removes the newest
+and whose weights were finite (:func:`resume_order`). Pruning never removes the newest
 finite checkpoint, so a run whose weights went NaN can still go back to before it.
 """
 
@@ -31,7 +31,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,25 +195,21 @@ def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
     return problems
 
 
-def resumable_checkpoints(out_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
-    """The checkpoints a run may resume from, best first, and why the others may not.
+def resume_order(out_dir: str | Path) -> Iterator[tuple[Checkpoint, str]]:
+    """Every checkpoint of a run, newest first, with why a run may not resume from it (``""``: it may).
 
-    Best first: newest first among those whose files verify and whose weights were finite.
-
-    Returns:
-        The usable checkpoints, and one line per skipped one (``"step-000012: model/... is missing"``).
+    A checkpoint may not when its files fail :func:`verify_checkpoint` or its weights were not
+    finite. Each is verified only when the caller gets to it, so resuming from an intact newest
+    checkpoint reads only that checkpoint's files.
     """
-    usable: list[Checkpoint] = []
-    skipped: list[str] = []
     for ckpt in reversed(list_checkpoints(out_dir)):
         problems = verify_checkpoint(ckpt)
         if problems:
-            skipped.append(f"{ckpt.path.name}: damaged ({'; '.join(problems)})")
+            yield ckpt, f"damaged ({'; '.join(problems)})"
         elif not ckpt.finite:
-            skipped.append(f"{ckpt.path.name}: its weights or losses were not finite (NaN or inf)")
+            yield ckpt, "its weights or losses were not finite (NaN or inf)"
         else:
-            usable.append(ckpt)
-    return usable, skipped
+            yield ckpt, ""
 
 
 def _read(path: Path) -> Checkpoint | None:

@@ -23,7 +23,6 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
     latest_checkpoint,
-    resumable_checkpoints,
+    resume_order,
     rng_state,
     set_rng_state,
     write_checkpoint,
@@ -133,7 +132,7 @@ class Trainer:
         self._losses_finite = True
         self.fmt = ChatFormat.from_pretrained(cfg.model.dir)
         reference = load_reference(cfg.model.dir, self.device) if cfg.algo.kl.coef > 0 else None
-        ckpt, cache = self._start(self._candidates(resume, existing), reference)
+        ckpt, cache = self._start(resume, existing, reference)
         self.resumed_from = ckpt.step if ckpt is not None else 0
         self.progress = progress or TrainProgress(t.steps, self.resumed_from, disable=True)
         self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device)
@@ -144,54 +143,51 @@ class Trainer:
         self.metrics = MetricsLogger(self.out_dir, t.log, ckpt.step if ckpt is not None else None)
 
     # ------------------------------------------------------------------ checkpoints
-    def _candidates(self, resume: bool, existing: Checkpoint | None) -> list[Checkpoint | None]:
-        """What to start from, best first: ``[None]`` for a fresh run, else the resumable checkpoints."""
+    def _start(
+        self, resume: bool, existing: Checkpoint | None, reference: Any
+    ) -> tuple[Checkpoint | None, TreeCache]:
+        """Start fresh, or from the newest checkpoint that is intact, finite and loads.
+
+        Checkpoints passed over are noted in :attr:`resume_notes` (and logged) with the reason.
+
+        Raises:
+            TrainError: ``resume`` and no checkpoint can be resumed from (or there is none).
+        """
         if not resume:
-            return [None]
-        usable, skipped = resumable_checkpoints(self.out_dir)
-        self.resume_notes.extend(skipped)
-        for line in skipped:
+            return None, self._load(None, reference)
+        for ckpt, why in resume_order(self.out_dir):
+            if not why:
+                try:
+                    return ckpt, self._load(ckpt, reference)
+                except Exception as exc:  # noqa: BLE001 - any load failure: try the next checkpoint
+                    why = f"could not be loaded ({type(exc).__name__}: {exc})"
+            line = f"{ckpt.path.name}: {why}"
+            self.resume_notes.append(line)
             log.warning("not resuming from %s", line)
-        if usable:
-            return list(usable)
         if existing is None:
-            leftovers = (
-                " (it holds files of a run, but no complete checkpoint)" if self.out_dir.exists() else ""
-            )
+            held = self.out_dir.exists() and any(self.out_dir.iterdir())
+            leftovers = " (it holds files of a run, but no complete checkpoint)" if held else ""
             raise TrainError(
                 f"--resume: nothing to resume in {self.out_dir}{leftovers}; run without --resume to start "
                 "a fresh run, or point trainer.out_dir at the run to continue"
             )
-        raise TrainError(f"--resume: no checkpoint in {self.out_dir} can be resumed: {'; '.join(skipped)}")
+        notes = "; ".join(self.resume_notes)
+        raise TrainError(f"--resume: no checkpoint in {self.out_dir} can be resumed: {notes}")
 
-    def _start(
-        self, candidates: Sequence[Checkpoint | None], reference: Any
-    ) -> tuple[Checkpoint | None, TreeCache]:
-        """Load the policy, learner and state of the first candidate that loads (``None``: fresh)."""
+    def _load(self, ckpt: Checkpoint | None, reference: Any) -> TreeCache:
+        """Load the policy, learner and state of ``ckpt`` (``None``: the starting model, seeded)."""
         cfg = self.cfg
-        for i, ckpt in enumerate(candidates):
-            try:
-                start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
-                self.policy = PolicyModel.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
-                optimizer, scheduler = build_optimizer(self.policy, cfg)
-                self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
-                self.state = RunState()
-                if ckpt is None:
-                    random.seed(cfg.trainer.seed)
-                    np.random.seed(cfg.trainer.seed)
-                    torch.manual_seed(cfg.trainer.seed)
-                    return None, TreeCache(cfg.spec.cache)
-                return ckpt, self._restore(ckpt)
-            except Exception as exc:  # any load failure: try the next checkpoint
-                if ckpt is None:
-                    raise
-                line = f"{ckpt.path.name}: could not be loaded ({type(exc).__name__}: {exc})"
-                self.resume_notes.append(line)
-                log.warning("not resuming from %s", line)
-                if i == len(candidates) - 1:
-                    notes = "; ".join(self.resume_notes)
-                    raise TrainError(f"--resume: no checkpoint could be loaded: {notes}") from None
-        raise AssertionError("unreachable: candidates is never empty")
+        start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
+        self.policy = PolicyModel.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
+        optimizer, scheduler = build_optimizer(self.policy, cfg)
+        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
+        self.state = RunState()
+        if ckpt is None:
+            random.seed(cfg.trainer.seed)
+            np.random.seed(cfg.trainer.seed)
+            torch.manual_seed(cfg.trainer.seed)
+            return TreeCache(cfg.spec.cache)
+        return self._restore(ckpt)
 
     def _restore(self, ckpt: Checkpoint) -> TreeCache:
         """Load optimizer, scheduler, RNG and run state; return the checkpoint's tree cache."""
