@@ -272,16 +272,22 @@ def eval_cmd(
     spec: Annotated[
         bool, typer.Option("--spec/--no-spec", help="Speculate from a tree cache of the run's turns (SRT).")
     ] = True,
+    engine: Annotated[
+        str, typer.Option(help="torch (in-process) or sglang (a server at --url; it drafts itself).")
+    ] = "torch",
+    url: Annotated[str | None, typer.Option(help="The server of --engine sglang.")] = None,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
+    from srt_agent.serving.config import EngineConfig
 
     try:
         check_env_id(env)  # before the model loads: a typo should not take seconds to report
-    except UnknownEnvError as exc:
+        engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
+    except (UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
     model_dir = _model_dir(model)
-    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec}
+    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec, "engine": engine_config}
     if max_turns is not None:
         options["max_turns"] = max_turns
     code = eval_command(
@@ -319,6 +325,28 @@ def train_cmd(
     code = train_command(config, overrides or [], resume=resume, json_path=json_path, console=console)
     if code:
         raise typer.Exit(code)
+
+
+@app.command("serve")
+def serve_cmd(
+    model: Annotated[Path | None, typer.Option(help="HF model dir [default: the embedded model].")] = None,
+    host: Annotated[str, typer.Option(help="Interface (the API has no authentication).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free one).")] = 30000,
+    spec: Annotated[bool, typer.Option("--spec/--no-spec", help="Draft from a tree cache (SRT).")] = True,
+    max_batch: Annotated[int, typer.Option(min=1, help="Sequences decoding at once.")] = 32,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+    seed: Annotated[int | None, typer.Option(help="Seed for requests without sampling_seed.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch CPU threads.")] = None,
+) -> None:
+    """Serve the embedded engine over SGLang's native HTTP API (POST /generate, weight updates)."""
+    from srt_agent.serving.commands import serve
+
+    model_dir = _model_dir(model)
+    try:
+        serve(model_dir, host=host, port=port, spec=spec, max_batch=max_batch, device=device,
+              seed=seed, threads=threads, console=console)  # fmt: skip
+    except (OSError, ValueError) as exc:  # port taken, bad device, unloadable model
+        raise _report_error(exc) from None
 
 
 bench_app = typer.Typer(

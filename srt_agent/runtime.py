@@ -2,7 +2,9 @@
 
 ``train``, ``eval`` and ``bench`` all roll out through a :class:`Runtime` built here, so an
 engine is always given its draft source and speculation options the same way, and a scheduler
-always gets the run-ahead queue it was configured with.
+always gets the run-ahead queue it was configured with. The engine is the in-process
+``TorchEngine``, or an ``SGLangEngine`` client of a server (``engine.kind: sglang``), which drafts
+on its side.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from srt_agent.contracts.draft import DraftSourceProtocol
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
+from srt_agent.serving.config import EngineConfig
 from srt_agent.tree_cache import TreeCache
 
 if TYPE_CHECKING:
     import torch
 
     from srt_agent.engine.torch_engine import TorchEngine
+    from srt_agent.serving.client import SGLangEngine
 
 
 @dataclass
@@ -29,13 +33,13 @@ class Runtime:
     """An engine, its draft source and a scheduler over them.
 
     Attributes:
-        engine: The engine (closed by :meth:`close`).
+        engine: The engine (closed by :meth:`close`): in-process, or a server's client.
         fmt: The model's chat format.
         draft_source: What the engine drafts from and reports to (``None``: plain decoding).
         scheduler: Plays episodes against ``engine``.
     """
 
-    engine: TorchEngine
+    engine: TorchEngine | SGLangEngine
     fmt: ChatFormat
     draft_source: DraftSourceProtocol | None
     scheduler: RolloutScheduler
@@ -68,8 +72,9 @@ def build_runtime(
     seed: int | None = None,
     num_threads: int | None = None,
     progress: ProgressCallback | None = None,
+    engine: EngineConfig | None = None,
 ) -> Runtime:
-    """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` and wire a scheduler.
+    """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` (or a server's client).
 
     Args:
         model_dir: The HF model directory.
@@ -83,17 +88,26 @@ def build_runtime(
         seed: The engine's generator seed (for requests without their own).
         num_threads: ``torch.set_num_threads`` (process-wide) if given.
         progress: Called with each finished trajectory.
+        engine: Which engine (default: in-process). With ``kind: sglang`` the server drafts:
+            ``draft_source`` and ``spec`` are not used here, ``model_dir`` gives the chat format,
+            the context length and the config of weight updates, and run-ahead requests go to
+            the server at low priority to fill its drafter.
 
     Raises:
-        ValueError: Run-ahead asked for without a draft source.
+        ValueError: Run-ahead asked for without a draft source (in-process).
+        srt_agent.serving.EngineConnectionError: The server does not answer.
         srt_agent.engine.CheckpointError: ``model_dir`` is not a loadable model.
     """
-    from srt_agent.engine.torch_engine import TorchEngine  # torch: only when a runtime is built
-
-    if run_ahead is not None and run_ahead.enabled and draft_source is None:
-        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
     fmt = fmt or ChatFormat.from_pretrained(model_dir)
-    engine = TorchEngine(
+    ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
+    if engine is not None and engine.kind == "sglang":
+        remote = _connect(model_dir, engine, rollout)
+        scheduler = RolloutScheduler(remote, fmt, rollout, runahead=ahead, progress=progress)
+        return Runtime(remote, fmt, None, scheduler)
+
+    if ahead is not None and draft_source is None:
+        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+    local = build_engine(
         model_dir,
         max_batch_size=rollout.max_concurrent,
         device=device,
@@ -102,6 +116,45 @@ def build_runtime(
         draft_source=draft_source,
         spec=spec,
     )
-    ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
-    scheduler = RolloutScheduler(engine, fmt, rollout, runahead=ahead, progress=progress)
-    return Runtime(engine, fmt, draft_source, scheduler)
+    scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
+    return Runtime(local, fmt, draft_source, scheduler)
+
+
+def build_engine(
+    model_dir: str | Path,
+    *,
+    max_batch_size: int,
+    draft_source: DraftSourceProtocol | None = None,
+    spec: SpecConfig | None = None,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    num_threads: int | None = None,
+) -> TorchEngine:
+    """The in-process engine alone (``srt-agent serve`` puts it behind HTTP); see :func:`build_runtime`."""
+    from srt_agent.engine.torch_engine import TorchEngine  # torch: only when an engine is built
+
+    return TorchEngine(
+        model_dir,
+        max_batch_size=max_batch_size,
+        device=device,
+        seed=seed,
+        num_threads=num_threads,
+        draft_source=draft_source,
+        spec=spec,
+    )
+
+
+def _connect(model_dir: str | Path, config: EngineConfig, rollout: RolloutConfig) -> SGLangEngine:
+    from srt_agent.engine.checkpoint import read_config
+    from srt_agent.serving.client import SGLangEngine
+
+    assert config.url is not None  # EngineConfig checks it for kind sglang
+    return SGLangEngine(
+        config.url,
+        max_context=read_config(model_dir).max_position_embeddings,
+        model_dir=model_dir,
+        timeout_s=config.timeout_s,
+        retries=config.retries,
+        max_connections=max(config.max_connections, rollout.max_concurrent),
+        weights_dir=config.weights_dir,
+    )

@@ -301,6 +301,10 @@ class TorchEngine:
 
         self._call(load)
 
+    def flush_cache(self) -> None:
+        """Drop the parked keys and values of ended sequences (never the draft source's trees)."""
+        self._call(self._scheduler.prefix.clear)
+
     def close(self) -> None:
         """Stop the worker; requests still running or waiting finish with ``abort``."""
         with self._lock:

@@ -29,6 +29,7 @@ from srt_agent.rollout.progress import RolloutProgress
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
 from srt_agent.rollout.trace import write_trace
 from srt_agent.runtime import Runtime, build_runtime
+from srt_agent.serving.config import EngineConfig
 from srt_agent.tree_cache import TreeCache
 
 EVAL_SEED_END = 10_000_000
@@ -79,6 +80,7 @@ def run_eval(
     progress: ProgressCallback | None = None,
     trace_path: str | Path | None = None,
     spec: bool = True,
+    engine: EngineConfig | None = None,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -100,6 +102,8 @@ def run_eval(
         trace_path: Also write the per-turn JSONL trace (``srt-trace/1``) here.
         spec: For a model directory, speculate from a tree cache (SRT) filled by the run's own
             turns; ignored for an engine instance (its draft source decides).
+        engine: For a model directory, which engine: in-process (default), or a server
+            (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -120,23 +124,27 @@ def run_eval(
         seed=seed,
     )
     used_spec: bool | None
-    engine: Engine
+    used: Engine
     if isinstance(model, str | Path):
-        runtime = _load(model, config, spec, progress)
-        engine, scheduler = runtime.engine, runtime.scheduler
-        name, owned, used_spec = str(model), True, spec
+        runtime = _load(model, config, spec, progress, engine)
+        used, scheduler = runtime.engine, runtime.scheduler
+        name, owned = str(model), True
+        remote = engine is not None and engine.kind == "sglang"
+        used_spec = None if remote else spec
+        if remote:
+            name = f"{model} @ {engine.url}"  # type: ignore[union-attr]
     elif fmt is None:
         raise ValueError("run_eval with an engine instance needs fmt=ChatFormat(...) for its tokenizer")
     else:
-        engine, name, owned, used_spec = model, type(model).__name__, False, None
-        scheduler = RolloutScheduler(engine, fmt, config, progress=progress)
+        used, name, owned, used_spec = model, type(model).__name__, False, None
+        scheduler = RolloutScheduler(used, fmt, config, progress=progress)
     try:
         t0 = time.perf_counter()
         batch = rollout_sync(scheduler, specs)
         wall_s = time.perf_counter() - t0
     finally:
         if owned:
-            engine.close()
+            used.close()
     trajectories = list(batch.trajectories)
     if trace_path is not None:
         write_trace(trace_path, trajectories)
@@ -153,14 +161,19 @@ def run_eval(
 
 
 def _load(
-    model_dir: str | Path, config: RolloutConfig, spec: bool, progress: ProgressCallback | None
+    model_dir: str | Path,
+    config: RolloutConfig,
+    spec: bool,
+    progress: ProgressCallback | None,
+    engine: EngineConfig | None,
 ) -> Runtime:
     """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
     path = Path(model_dir)
     if not path.is_dir():
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     try:
-        return build_runtime(path, config, draft_source=TreeCache() if spec else None, progress=progress)
+        cache = TreeCache() if spec and (engine is None or engine.kind == "torch") else None
+        return build_runtime(path, config, draft_source=cache, progress=progress, engine=engine)
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
 
@@ -191,7 +204,7 @@ def eval_command(
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
         **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
-            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``).
+            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``, ``engine``).
 
     Returns:
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),

@@ -1,0 +1,330 @@
+"""``SGLangEngine``: the engine protocol over SGLang's native HTTP API (or ``srt-agent serve``).
+
+Token ids in, token ids and their sampling logprobs out, through ``POST /generate`` with
+``input_ids`` and ``return_logprob`` (:mod:`srt_agent.serving.wire`). Drafting happens in the
+server (SRT's plugin in SGLang, the tree cache in ``srt-agent serve``), so this client has no
+draft source of its own; its speculation figures come from the answers' counters.
+
+HTTP runs on one background event loop with a pooled ``httpx.AsyncClient``, so the engine can be
+awaited from any event loop (each rollout batch runs its own) and called from plain threads.
+Connection failures and 502/503/504 answers are retried with exponential back-off; a request that
+still fails raises :class:`EngineConnectionError` (its episode fails, the batch goes on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx
+
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.engine.speculation.stats import SpecStats
+from srt_agent.serving.wire import WireError, output_from_wire, request_to_wire
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["EngineConnectionError", "SGLangEngine"]
+
+T = TypeVar("T")
+
+_RETRY_STATUS = frozenset({502, 503, 504})
+
+
+class EngineConnectionError(RuntimeError):
+    """The server could not be reached, or kept failing, after the retries."""
+
+
+class SGLangEngine:
+    """An engine served over HTTP with SGLang's native API.
+
+    Args:
+        url: The server, e.g. ``http://127.0.0.1:30000``.
+        max_context: Longest prompt + generation the server's model holds (the rollout stops an
+            episode that would pass it before sending the request).
+        model_dir: The policy's checkpoint directory on this machine; :meth:`update_weights`
+            copies its ``config.json`` next to the new weights. Needed only for that.
+        timeout_s: Most seconds one request may take (a long generation included).
+        connect_timeout_s: Most seconds to open a connection.
+        retries: Further tries after a connection failure or a 502/503/504 answer.
+        backoff_s: First pause between tries; doubled each time.
+        max_connections: Connections pooled to the server (about the rollout's concurrency).
+        api_key: Sent as ``Authorization: Bearer`` (SGLang's ``--api-key``).
+        weights_dir: Where :meth:`update_weights` writes checkpoints the server loads; it must be
+            readable by the server at the same path. Default: a temporary folder removed on
+            :meth:`close`.
+        check: Ask ``/health`` now, so a wrong URL fails here rather than in the first episode.
+
+    Raises:
+        EngineConnectionError: ``check`` and the server does not answer.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_context: int,
+        model_dir: str | Path | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_connections: int = 256,
+        api_key: str | None = None,
+        weights_dir: str | Path | None = None,
+        check: bool = True,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"engine url must start with http:// or https://, got {url!r}")
+        if max_context < 2:
+            raise ValueError(f"max_context must be >= 2, got {max_context}")
+        if retries < 0 or backoff_s < 0:
+            raise ValueError(f"retries and backoff_s must be >= 0, got {retries} and {backoff_s}")
+        self.url = url.rstrip("/")
+        self._max_context = max_context
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._own_weights_dir = weights_dir is None
+        self.weights_dir = Path(weights_dir) if weights_dir is not None else None
+        self._weights_version = 0
+        self._lock = threading.Lock()
+        self._stats = SpecStats()
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="SGLangEngine-http", daemon=True)
+        self._thread.start()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+
+        async def make() -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=self.url, timeout=timeout, limits=limits, headers=headers)
+
+        self._client = self._run(make())
+        if check:
+            try:
+                self._run(self._call("GET", "/health"))
+            except EngineConnectionError:
+                self.close()
+                raise
+
+    # ------------------------------------------------------------------ the engine protocol
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (prompt + generation) the server's model holds."""
+        return self._max_context
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationOutput]:
+        """Send the requests concurrently and return their outputs in request order.
+
+        Raises:
+            PromptTooLongError: A prompt leaves no room to generate (checked before sending).
+            ValueError: Duplicate request ids.
+            EngineConnectionError: A request failed after the retries.
+        """
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"request ids must be unique within a call, got duplicates in {ids}")
+        for r in requests:
+            self._check_length(r)
+        futures = [self._submit(self._generate(r)) for r in requests]
+        return [f.result() for f in futures]
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationOutput:
+        """Send one request (it joins the server's running batch) and await its output.
+
+        Cancelling the awaiting task closes the request's connection and asks the server to
+        abort it.
+        """
+        self._check_length(request)
+        return await asyncio.wrap_future(self._submit(self._generate(request)))
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Write ``state_dict`` as a checkpoint in :attr:`weights_dir` and have the server load it.
+
+        The server flushes its KV prefix cache (computed with the old weights); SRT's trees are
+        kept by its drafter.
+
+        Raises:
+            ValueError: No ``model_dir`` was given (its ``config.json`` completes the checkpoint).
+            RuntimeError: The server refused the checkpoint.
+        """
+        if self.model_dir is None:
+            raise ValueError("SGLangEngine.update_weights needs model_dir= (the policy's checkpoint)")
+        from safetensors.torch import save_file
+
+        if self.weights_dir is None:
+            self.weights_dir = Path(tempfile.mkdtemp(prefix="srt-weights-"))
+        self._weights_version += 1
+        target = self.weights_dir / f"step-{self._weights_version:06d}"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "generation_config.json"):
+            if (self.model_dir / name).is_file():
+                shutil.copy2(self.model_dir / name, target / name)
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+        save_file(tensors, str(target / "model.safetensors"))
+        self.update_weights_from_disk(target)
+        previous = self.weights_dir / f"step-{self._weights_version - 1:06d}"
+        if self._own_weights_dir and previous.is_dir():
+            shutil.rmtree(previous, ignore_errors=True)
+
+    def update_weights_from_disk(self, model_path: str | Path, *, flush_cache: bool = True) -> None:
+        """Have the server load the checkpoint at ``model_path`` (a path on the server's disk).
+
+        Raises:
+            RuntimeError: The server answered ``success: false``.
+        """
+        body = {"model_path": str(model_path), "flush_cache": flush_cache}
+        answer = self._run(self._call("POST", "/update_weights_from_disk", body))
+        if not isinstance(answer, dict) or not answer.get("success"):
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise RuntimeError(f"{self.url} did not load {model_path}: {message}")
+
+    def flush_cache(self) -> None:
+        """Drop the server's KV prefix cache."""
+        self._run(self._call("POST", "/flush_cache"))
+
+    def release_memory(self) -> None:
+        """Free the server's GPU memory (weights and KV cache) while the learner trains."""
+        self._run(self._call("POST", "/release_memory_occupation", {}))
+
+    def resume_memory(self) -> None:
+        """Take the memory back after :meth:`release_memory`."""
+        self._run(self._call("POST", "/resume_memory_occupation", {}))
+
+    def server_info(self) -> dict[str, Any]:
+        """The server's ``/get_server_info`` answer."""
+        answer = self._run(self._call("GET", "/get_server_info"))
+        return answer if isinstance(answer, dict) else {"answer": answer}
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """Tokens and forwards of this client's requests (from the servers' answers).
+
+        Args:
+            reset: Start counting afresh after the snapshot.
+        """
+        with self._lock:
+            out = self._stats
+            if reset:
+                self._stats = SpecStats()
+        return out
+
+    def close(self) -> None:
+        """Close the connections and stop the HTTP thread (the server keeps running)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        client = getattr(self, "_client", None)
+        if client is not None:
+            asyncio.run_coroutine_threadsafe(client.aclose(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        if self._own_weights_dir and self.weights_dir is not None:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
+
+    def __enter__(self) -> SGLangEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_length(self, request: GenerationRequest) -> None:
+        if len(request.prompt_ids) >= self._max_context:
+            raise PromptTooLongError(
+                f"request {request.request_id!r}: prompt of {len(request.prompt_ids)} tokens leaves no room "
+                f"in a context of {self._max_context}"
+            )
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("SGLangEngine is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coro).result()
+
+    async def _generate(self, request: GenerationRequest) -> GenerationOutput:
+        # The room left in the context caps the generation, as the in-process engine does.
+        room = self._max_context - len(request.prompt_ids)
+        if request.params.max_new_tokens > room:
+            request = replace(request, params=replace(request.params, max_new_tokens=room))
+        try:
+            answer = await self._call("POST", "/generate", request_to_wire(request))
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abort(request.request_id))
+            raise
+        try:
+            out = output_from_wire(request.request_id, answer)
+        except WireError as exc:
+            raise EngineConnectionError(f"{self.url}/generate answered {exc}") from None
+        with self._lock:
+            s = self._stats
+            self._stats = replace(
+                s,
+                tokens=s.tokens + len(out.token_ids),
+                row_steps=s.row_steps + out.forward_passes,
+                runahead_tokens=s.runahead_tokens
+                + (len(out.token_ids) if request.priority == "runahead" else 0),
+                preempted=s.preempted + (out.finish_reason == "preempted"),
+            )
+        return out
+
+    async def _abort(self, rid: str) -> None:
+        # Best effort: the closed connection already tells SGLang to stop.
+        with contextlib.suppress(httpx.HTTPError):
+            await self._client.post("/abort_request", json={"rid": rid}, timeout=5.0)
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call with retries; the parsed JSON answer (text answers as a string)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = await self._client.request(method, path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                if last:
+                    raise EngineConnectionError(
+                        f"no answer from {self.url}{path} after {attempt + 1} tries ({type(exc).__name__}: "
+                        f"{exc}); is the server up? Start one with `srt-agent serve --model DIR` "
+                        "or `srt-agent sglang-serve --model DIR`"
+                    ) from None
+            except httpx.TimeoutException as exc:
+                raise EngineConnectionError(f"{self.url}{path} timed out ({type(exc).__name__})") from None
+            else:
+                if response.status_code not in _RETRY_STATUS or last:
+                    return _parse(response, f"{self.url}{path}")
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _parse(response: httpx.Response, where: str) -> Any:
+    if response.status_code >= 400:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:500]
+        if response.status_code in (400, 404, 405, 422, 501):
+            raise ValueError(f"{where} refused the request ({response.status_code}): {message}")
+        raise EngineConnectionError(f"{where} failed ({response.status_code}): {message}")
+    if "json" in response.headers.get("content-type", ""):
+        try:
+            return response.json()
+        except json.JSONDecodeError as exc:
+            raise EngineConnectionError(f"{where} answered malformed JSON: {exc}") from None
+    return response.text

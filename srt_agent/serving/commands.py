@@ -1,0 +1,63 @@
+"""``srt-agent serve``: the embedded engine, with its tree cache, behind SGLang's native API."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rich.console import Console
+
+from srt_agent.serving.server import EngineServer
+
+__all__ = ["serve"]
+
+
+def serve(
+    model_dir: Path,
+    *,
+    host: str,
+    port: int,
+    spec: bool,
+    max_batch: int,
+    device: str,
+    seed: int | None,
+    threads: int | None,
+    console: Console,
+) -> None:
+    """Load the model and answer requests until Ctrl-C (what ``srt-agent serve`` runs).
+
+    Args:
+        model_dir: The HF model directory.
+        host: Interface to listen on.
+        port: TCP port (0: any free one; the URL is printed).
+        spec: Draft from a tree cache of everything this server generates (SRT).
+        max_batch: Sequences decoding at once.
+        device: ``cpu`` or ``cuda``.
+        seed: The engine's seed for requests without ``sampling_seed``.
+        threads: Torch CPU threads.
+        console: Where the banner goes.
+    """
+    from srt_agent.devices import resolve_device
+    from srt_agent.runtime import build_engine
+    from srt_agent.tree_cache import TreeCache
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    engine = build_engine(
+        model_dir,
+        max_batch_size=max_batch,
+        draft_source=TreeCache() if spec else None,
+        device=resolve_device(device),
+        seed=seed,
+        num_threads=threads,
+    )
+    server = EngineServer(engine, model_dir, host=host, port=port, speculative=spec)
+    console.print(
+        f"serving {model_dir} at [bold]{server.url}[/bold] (SGLang native API: POST /generate; "
+        f"SRT {'on' if spec else 'off'}, batch {max_batch}, {device}); Ctrl-C stops"
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        server.close()

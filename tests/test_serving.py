@@ -1,0 +1,143 @@
+"""SGLangEngine against a real HTTP server (srt-agent serve's EngineServer) on CPU.
+
+The same requests through the client and through the in-process engine give the same tokens
+and logprobs (per-request seeds), so the client is tested end to end without a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from chat_fixtures import tiny_llama
+
+from srt_agent.contracts.generation import GenerationRequest, PromptTooLongError, SamplingParams
+from srt_agent.engine.checkpoint import read_state_dict
+from srt_agent.evaluation import run_eval
+from srt_agent.runtime import build_engine
+from srt_agent.serving import EngineConfig, EngineConnectionError, EngineServer, SGLangEngine
+from srt_agent.tree_cache import TreeCache
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[EngineServer]:
+    engine = build_engine(model_dir, max_batch_size=8, draft_source=TreeCache(), seed=0)
+    with EngineServer(engine, model_dir, port=0, speculative=True).start() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def client(server: EngineServer, model_dir: Path) -> Iterator[SGLangEngine]:
+    with SGLangEngine(server.url, max_context=2048, model_dir=model_dir) as c:
+        yield c
+
+
+def _requests(n: int = 4, **params: object) -> list[GenerationRequest]:
+    sp = {"temperature": 1.0, "max_new_tokens": 12, **params}
+    return [
+        GenerationRequest(f"r{i}", (5, 6, 7 + i), SamplingParams(seed=100 + i, **sp))  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+
+
+def test_client_outputs_equal_the_in_process_engine(client: SGLangEngine, model_dir: Path) -> None:
+    with build_engine(model_dir, max_batch_size=8, seed=0) as local:
+        want = local.generate(_requests())
+    got = client.generate(_requests())
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+        assert g.finish_reason == w.finish_reason == "length" and len(g.token_ids) == 12
+        assert 1 <= g.forward_passes <= 12
+    stats = client.spec_stats(reset=True)
+    assert stats.tokens == 48 and stats.row_steps == sum(o.forward_passes for o in got)
+
+
+def test_stop_tokens_greedy_and_concurrent_agenerate(client: SGLangEngine) -> None:
+    first = client.generate(_requests(1, temperature=0.0))[0]
+    stop = first.token_ids[3]
+    out = client.generate(_requests(1, temperature=0.0, stop_token_ids=(stop,)))[0]
+    assert out.finish_reason == "stop" and out.stop == stop and out.token_ids[-1] == stop
+
+    async def many() -> list[int]:
+        reqs = [GenerationRequest(f"a{i}", (3, 4, i + 1), SamplingParams(max_new_tokens=5)) for i in range(6)]
+        outs = await asyncio.gather(*(client.agenerate(r) for r in reqs))
+        return [len(o.token_ids) for o in outs]
+
+    assert asyncio.run(many()) == [5] * 6
+
+
+def test_weight_updates_go_through_disk_and_match_the_in_process_engine(
+    client: SGLangEngine, model_dir: Path, tmp_path: Path
+) -> None:
+    new = read_state_dict(tiny_llama(tmp_path / "other", seed=1))
+    client.update_weights(new)
+    got = client.generate(_requests(2))
+    with build_engine(model_dir, max_batch_size=8, seed=0) as local:
+        local.update_weights(new)
+        want = local.generate(_requests(2))
+    client.update_weights(read_state_dict(model_dir))  # back, for the other tests
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    client.flush_cache()
+
+
+def test_bad_requests_and_missing_servers_fail_clearly(client: SGLangEngine, server: EngineServer) -> None:
+    with pytest.raises(PromptTooLongError):
+        client.generate([GenerationRequest("long", tuple(range(1, 2049)))])
+    bad = httpx.post(f"{server.url}/generate", json={"text": "hi"})
+    assert bad.status_code == 400 and "send token ids" in bad.json()["error"]["message"]
+    bad = httpx.post(f"{server.url}/generate", json={"input_ids": [1], "sampling_params": {"min_p": 0.1}})
+    assert bad.status_code == 400 and "min_p" in bad.json()["error"]["message"]
+    assert httpx.post(f"{server.url}/release_memory_occupation", json={}).status_code == 501
+    assert httpx.get(f"{server.url}/nope").status_code == 404
+    with pytest.raises(ValueError, match="keeps its memory"):
+        client.release_memory()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(EngineConnectionError, match="is the server up"):
+        SGLangEngine(f"http://127.0.0.1:{port}", max_context=64, retries=1, backoff_s=0.01)
+
+
+def test_batch_and_streamed_answers_have_sglang_shape(server: EngineServer) -> None:
+    body = {"input_ids": [[1, 2], [3, 4]], "sampling_params": {"max_new_tokens": 3}, "return_logprob": True}
+    answers = httpx.post(f"{server.url}/generate", json=body).json()
+    assert len(answers) == 2
+    for a in answers:
+        meta = a["meta_info"]
+        assert len(a["output_ids"]) == meta["completion_tokens"] == 3 and meta["prompt_tokens"] == 2
+        assert meta["finish_reason"] == {"type": "length", "length": 3}
+        assert [t for _, t, _ in meta["output_token_logprobs"]] == a["output_ids"]
+    streamed = httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2], "stream": True}).text
+    assert streamed.startswith("data: {") and streamed.endswith("data: [DONE]\n\n")
+    info = httpx.get(f"{server.url}/get_server_info").json()
+    assert info["speculative_algorithm"] == "SRT" and info["context_length"] == 2048
+
+
+def test_eval_through_the_server_equals_the_in_process_eval(server: EngineServer, model_dir: Path) -> None:
+    def evaluate(engine: EngineConfig | None) -> list[tuple[int, ...]]:
+        report = run_eval(
+            "srt/GuessNumber-v0", model_dir, episodes=2, k=2, max_new_tokens=6, seed=5,
+            env_options={"max_turns": 2}, max_concurrent=4, engine=engine,
+        )  # fmt: skip
+        assert report.failed == 0
+        return [tuple(t.token_ids) for t in report.trajectories]
+
+    assert evaluate(EngineConfig(kind="sglang", url=server.url)) == evaluate(None)
+
+
+def test_engine_config_checks_the_url() -> None:
+    assert EngineConfig.model_validate("torch").kind == "torch"
+    with pytest.raises(ValueError, match=r"needs engine\.url"):
+        EngineConfig.model_validate("sglang")
+    with pytest.raises(ValueError, match="http://"):
+        EngineConfig(kind="sglang", url="localhost:30000")
