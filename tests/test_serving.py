@@ -13,19 +13,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from chat_fixtures import tiny_llama
+from train_fixtures import save_tiny_policy, tiny_config
 
 from srt_agent.contracts.generation import GenerationRequest, PromptTooLongError, SamplingParams
 from srt_agent.engine.checkpoint import read_state_dict
 from srt_agent.evaluation import run_eval
 from srt_agent.runtime import build_engine
 from srt_agent.serving import EngineConfig, EngineConnectionError, EngineServer, SGLangEngine
+from srt_agent.train.trainer import Trainer
 from srt_agent.tree_cache import TreeCache
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_stop_tokens_greedy_and_concurrent_agenerate(client: SGLangEngine) -> No
 def test_weight_updates_go_through_disk_and_match_the_in_process_engine(
     client: SGLangEngine, model_dir: Path, tmp_path: Path
 ) -> None:
-    new = read_state_dict(tiny_llama(tmp_path / "other", seed=1))
+    new = read_state_dict(save_tiny_policy(tmp_path / "other", seed=1))
     client.update_weights(new)
     got = client.generate(_requests(2))
     with build_engine(model_dir, max_batch_size=8, seed=0) as local:
@@ -141,3 +142,26 @@ def test_engine_config_checks_the_url() -> None:
         EngineConfig.model_validate("sglang")
     with pytest.raises(ValueError, match="http://"):
         EngineConfig(kind="sglang", url="localhost:30000")
+
+
+def test_training_through_the_server_equals_training_in_process(
+    server: EngineServer, model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def train(**engine: str) -> list[float]:
+        cfg = tiny_config(model_dir, tmp_path / ("remote" if engine else "local"), engine=engine)
+        trainer = Trainer(cfg)
+        try:
+            steps = [r for r in trainer.run() if r["kind"] == "step"]
+        finally:
+            trainer.close()
+        return [float(s[k]) for s in steps for k in ("reward_mean", "gen_tokens", "pg_loss")]
+
+    loads: list[int] = []
+    load = server.engine.update_weights
+    monkeypatch.setattr(server.engine, "update_weights", lambda sd: (loads.append(len(sd)), load(sd)))
+    try:
+        remote = train(kind="sglang", url=server.url)  # weights reach the server through disk
+    finally:
+        load(read_state_dict(model_dir))  # as the other tests expect
+    assert len(loads) == 2  # after each of the two steps
+    assert remote == pytest.approx(train(), abs=1e-5)

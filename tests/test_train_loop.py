@@ -256,10 +256,11 @@ def test_next_steps_prompts_are_announced_to_a_scheduler_that_takes_them(
     trainer = Trainer(cfg)
     heard: list[list[str]] = []
 
-    async def announce(episodes: list[Any]) -> None:  # the run-ahead queue's API (async or not)
+    def announce(episodes: list[Any]) -> int:  # RolloutScheduler.announce: the jobs it queued
         heard.append([e.episode_id for e in episodes])
         if len(heard) == 2:
             raise RuntimeError("run-ahead queue full")  # costs speed only: the step goes on
+        return len(episodes)
 
     trainer.rollouts.scheduler.announce = announce  # type: ignore[attr-defined]
     try:

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from srt_agent.config import RunConfig, load_config
 
 
-def save_tiny_policy(path: Path) -> Path:
+def save_tiny_policy(path: Path, seed: int = 0) -> Path:
     """A random 1-layer Llama over a ~400-token BPE vocabulary, with a ChatML template (no download)."""
     tok = tiny_tokenizer()
     config = LlamaConfig(
@@ -22,7 +22,7 @@ def save_tiny_policy(path: Path) -> Path:
         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), bos_token_id=None, pad_token_id=0,
         tie_word_embeddings=False,
     )  # fmt: skip
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -11,6 +11,7 @@ from srt_agent.config.algo import AlgoSection
 from srt_agent.config.base import Section
 from srt_agent.config.sections import EVAL_SEED_END, EnvSection, ModelSection, RolloutSection, SpecSection
 from srt_agent.config.training import OptimSection, TrainerSection
+from srt_agent.serving.config import EngineConfig
 
 if TYPE_CHECKING:
     from srt_agent.rollout.config import RolloutConfig
@@ -23,6 +24,9 @@ class RunConfig(Section):
     env: EnvSection = Field(default_factory=EnvSection, description="The environment and its task seeds.")
     rollout: RolloutSection = Field(default_factory=RolloutSection, description="Sampling per step.")
     spec: SpecSection = Field(default_factory=SpecSection, description="Speculative rollouts (SRT).")
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig, description="The rollout engine: in-process (torch) or a server."
+    )
     algo: AlgoSection = Field(default_factory=AlgoSection, description="Estimator and losses.")
     optim: OptimSection = Field(default_factory=OptimSection, description="Optimizer.")
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="The loop.")
@@ -58,6 +62,11 @@ class RunConfig(Section):
             problems.append(
                 f"trainer.eval_episodes = {self.trainer.eval_episodes}: must be <= the {len(env.eval_seeds)} "
                 "tasks of env.eval_seeds"
+            )
+        if self.engine.kind == "sglang" and self.trainer.baseline_every:
+            problems.append(
+                f"trainer.baseline_every = {self.trainer.baseline_every}: the baseline rolls out with "
+                "speculation off in this process, which engine.kind = 'sglang' has no model for; set it to 0"
             )
         if problems:
             raise ValueError("\n".join(problems))

@@ -14,7 +14,6 @@ wait on tools.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -83,13 +82,14 @@ class Rollouts:
         return build_runtime(
             self.model_dir,
             cfg.rollout_config(),
-            draft_source=cache,
+            draft_source=cache if cfg.engine.kind == "torch" else None,  # a server drafts itself
             spec=cfg.spec.engine_config(),
             run_ahead=cfg.spec.run_ahead if cache is not None else None,
             fmt=self.fmt,
             device=self.device,
             seed=cfg.trainer.seed,
             progress=progress,
+            engine=cfg.engine,
         )
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
@@ -109,8 +109,8 @@ class Rollouts:
 
         Args:
             specs: This step's episodes.
-            announce: The next step's episodes; passed to the scheduler's ``announce`` if it has one
-                and ``spec.run_ahead.enabled`` (their output only feeds the tree cache).
+            announce: The next step's episodes; passed to the scheduler's ``announce`` when
+                ``spec.run_ahead.enabled`` (their output only feeds the tree cache).
             progress: Called with each finished trajectory.
 
         Returns:
@@ -166,23 +166,13 @@ class Rollouts:
         self, specs: Sequence[EpisodeSpec], ahead: Sequence[EpisodeSpec]
     ) -> list[Trajectory]:
         if ahead:
-            await self._announce(ahead)
+            try:
+                queued = self.scheduler.announce(list(ahead))
+            except Exception:  # run-ahead only warms the cache: never fail a step over it
+                log.warning("announcing the next step's prompts failed; continuing without", exc_info=True)
+            else:
+                self.announced = self.announced or queued > 0
         return await self.scheduler.run(specs)
-
-    async def _announce(self, ahead: Sequence[EpisodeSpec]) -> None:
-        """``scheduler.announce(episodes)`` if the scheduler has it; a failure only costs speed."""
-        announce = getattr(self.scheduler, "announce", None)
-        if not callable(announce):
-            return
-        try:
-            result = announce(list(ahead))
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception:  # run-ahead only warms the cache: never fail a step over it
-            log.warning("announcing the next step's prompts failed; continuing without", exc_info=True)
-            return
-        # The scheduler returns the run-ahead jobs it queued (0: it has no run-ahead queue).
-        self.announced = self.announced or not isinstance(result, int) or result > 0
 
     def close(self) -> None:
         """Stop the engines' worker threads."""
@@ -213,12 +203,10 @@ _SCHEDULER_KEYS = ("runahead_", "hit_rate_", "tool_wait_s", "idle_s", "generatio
 
 def _scheduler_figures(scheduler: RolloutScheduler) -> dict[str, float]:
     """The scheduler's batch figures (``last_metrics.flat()``) that the trainer does not compute."""
-    flat = getattr(getattr(scheduler, "last_metrics", None), "flat", None)
-    if not callable(flat):
+    if scheduler.last_metrics is None:
         return {}
-    figures = flat()
     return {
         f"sched_{k}": float(v)
-        for k, v in figures.items()
+        for k, v in scheduler.last_metrics.flat().items()
         if k.startswith(_SCHEDULER_KEYS) and isinstance(v, int | float)
     }
