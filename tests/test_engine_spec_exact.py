@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from spec_drafters import ModelDrafts
+from stats_fixtures import chi_square_p
 from transformers import AutoModelForCausalLM
 
 from srt_agent.bench.random_model import save_random_model
@@ -84,26 +85,6 @@ def _joint(table: dict[tuple[int, ...], torch.Tensor]) -> dict[tuple[int, ...], 
     return joint
 
 
-def _chi_square_p(counts: Counter[tuple[int, ...]], joint: dict[tuple[int, ...], float], n: int) -> float:
-    """p-value of Pearson's test; cells expecting fewer than 5 samples are pooled into one."""
-    assert all(joint.get(c, 0.0) > 0 for c in counts), "sampled a continuation of probability 0"
-    stat, pooled_obs, pooled_exp, bins = 0.0, 0, 0.0, 0
-    for cell, p in joint.items():
-        if p == 0:
-            continue
-        if n * p < 5:
-            pooled_obs += counts[cell]
-            pooled_exp += n * p
-            continue
-        stat += (counts[cell] - n * p) ** 2 / (n * p)
-        bins += 1
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
-        bins += 1
-    df = torch.tensor((bins - 1) / 2, dtype=torch.float64)
-    return float(torch.special.gammaincc(df, torch.tensor(stat / 2, dtype=torch.float64)))
-
-
 def _sample(
     model_dir: Path,
     params: SamplingParams,
@@ -160,7 +141,7 @@ def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case
     modes = ("good", "bad", "partial")
     counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES, draws=draws)
     total = sum(counts.values(), Counter())
-    p_value = _chi_square_p(total, joint, FAST_SAMPLES)
+    p_value = chi_square_p(total, joint, FAST_SAMPLES)
     print(f"{case} ({draws}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
     assert p_value > 0.01
     assert tokens_per_forward > 1.15  # the good drafts were verified and accepted
@@ -176,6 +157,6 @@ def test_speculative_samples_follow_the_exact_distribution_per_draft_kind(
     # gets its own seeds: three independent samples, not one sample drafted three ways.
     first_seed = {"good": 10**6, "bad": 2 * 10**6, "partial": 3 * 10**6}[mode]
     counts, joint, _ = _sample(model_dir, CASES[case], (mode,), 10_000, first_seed)
-    p_value = _chi_square_p(counts[mode], joint, 10_000)
+    p_value = chi_square_p(counts[mode], joint, 10_000)
     print(f"{case}/{mode}: p = {p_value:.3f}")
     assert p_value > 0.01

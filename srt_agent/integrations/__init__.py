@@ -1,0 +1,1 @@
+"""srt-agent inside other systems: SGLang's speculative decoding (``sglang``)."""
