@@ -389,6 +389,7 @@ def bench_rollout_cmd(
         str, typer.Option(help="How verify steps draw (spec.draws): auto, walk or all.")
     ] = "auto",
     device: Annotated[str, typer.Option(help="Torch device of every engine: cpu or cuda.")] = "cpu",
+    url: Annotated[str | None, typer.Option(help="Also roll out through this server (`server`).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the headline figures here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(
         "runs/bench_rollout.png"
@@ -405,7 +406,7 @@ def bench_rollout_cmd(
             max_new_tokens=max_new_tokens, max_turns=max_turns, threads=threads,
             envs=tuple(env) if env else RolloutBenchConfig.envs,
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
-            backoff_window=backoff_window, draws=draws, device=device,
+            backoff_window=backoff_window, draws=draws, device=device, server_url=url,
         )  # fmt: skip
     except ValueError as exc:
         raise _report_error(exc) from None

@@ -59,7 +59,8 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
     }  # fmt: skip
     assert keys <= set(record), keys - set(record)
     for c in CONFIGS:
-        assert record[f"{c}_wall_s"] > 0 and record[f"{c}_tokens"] > 0
+        if c != "server":  # runs only with a server URL (tests/test_serving.py)
+            assert record[f"{c}_wall_s"] > 0 and record[f"{c}_tokens"] > 0
     for key in ("srt_speedup", "srt_no_runahead_speedup", "useless_drafts_ratio", "cache_only_ratio"):
         assert 0 < record[key] < 100
     for key in ("acceptance_rate", "latency200_runahead_acceptance", "hit_rate_task", "token_prob"):

@@ -165,3 +165,21 @@ def test_training_through_the_server_equals_training_in_process(
         load(read_state_dict(model_dir))  # as the other tests expect
     assert len(loads) == 2  # after each of the two steps
     assert remote == pytest.approx(train(), abs=1e-5)
+
+
+def test_bench_rollout_runs_a_server_configuration(server: EngineServer, model_dir: Path) -> None:
+    from srt_agent.bench.rollout import RolloutBenchConfig, run_rollout_bench
+    from srt_agent.bench.rollout_report import headline
+
+    config = RolloutBenchConfig(
+        model_dir, envs=("srt/GuessNumber-v0",), prompts=2, samples=2, rounds=2, max_new_tokens=6,
+        max_turns=2, max_batch_size=4, configs=("off",), server_url=server.url,
+    )  # fmt: skip
+    try:
+        results = run_rollout_bench(config)
+    finally:
+        server.engine.update_weights(read_state_dict(model_dir))
+    record = headline(config, results)
+    # The same seeds and the same drifted weights: the server generates what the engine does.
+    assert record["server_tokens"] == record["off_tokens"] > 0 and record["server_ratio"] > 0
+    assert {r.config for r in results} == {"off", "server"}

@@ -24,7 +24,9 @@ rotating each round), so that load on a shared machine hits them alike:
 * ``prompt_lookup``: HF prompt lookup decoding (``prompt_lookup_num_tokens=10``), which HF supports
   only at batch size 1: requests run one at a time; first ``hf_rounds`` rounds only;
 * ``latency_srt`` / ``latency_srt_no_runahead``: ``srt`` / ``srt_no_runahead`` with ``latency_s``
-  added to every tool-calling env step (simulated slow tools), where run-ahead has time to work.
+  added to every tool-calling env step (simulated slow tools), where run-ahead has time to work;
+* ``server``: an ``SGLangEngine`` client of the server at ``server_url`` (SGLang with srt-agent's
+  drafter, or ``srt-agent serve``), run only when a URL is given; it drafts on its side.
 
 Every ratio is "speed relative to ``off``": ``off`` wall-clock over the configuration's wall-clock on
 the same rounds (> 1: faster than plain decoding). The latency configurations are compared with each
@@ -64,6 +66,7 @@ CONFIGS = (
     "prompt_lookup",
     "latency_srt",
     "latency_srt_no_runahead",
+    "server",
 )
 """Every configuration the benchmark knows, in table order."""
 
@@ -97,6 +100,7 @@ class RolloutBenchConfig:
         backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off).
         draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``).
         device: Torch device of every engine (``cpu`` or ``cuda``).
+        server_url: The server of the ``server`` configuration (which runs only with one).
     """
 
     model_dir: Path
@@ -119,6 +123,7 @@ class RolloutBenchConfig:
     backoff_window: int = 0
     draws: str = "auto"
     device: str = "cpu"
+    server_url: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.configs if c not in CONFIGS]
@@ -131,6 +136,12 @@ class RolloutBenchConfig:
             raise ValueError("envs must name at least one env")
         if "off" not in self.configs:
             object.__setattr__(self, "configs", ("off", *self.configs))
+        if self.server_url is None and "server" in self.configs:
+            if self.configs != CONFIGS:
+                raise ValueError("the server configuration needs a server URL (--url)")
+            object.__setattr__(self, "configs", tuple(c for c in self.configs if c != "server"))
+        elif self.server_url is not None and "server" not in self.configs:
+            object.__setattr__(self, "configs", (*self.configs, "server"))
         if self.backoff_window < 0:
             raise ValueError(f"backoff_window must be >= 0 (0: off), got {self.backoff_window}")
         self.spec_configs()  # their own validation (a ValueError naming the field and its bounds)
@@ -203,6 +214,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     from srt_agent.bench.peers import HFEngine, UselessDrafts, register_latency_env
     from srt_agent.engine.checkpoint import read_config
     from srt_agent.runtime import build_runtime
+    from srt_agent.serving.config import EngineConfig
     from srt_agent.tree_cache import TreeCache
 
     rollout = RolloutConfig(
@@ -218,6 +230,10 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
         else:
             engine = HFEngine(config.model_dir, max_batch_size=config.max_batch_size, device=config.device)
         scheduler = RolloutScheduler(engine, fmt, rollout)
+    elif name == "server":
+        remote = EngineConfig(kind="sglang", url=config.server_url)
+        runtime = build_runtime(config.model_dir, rollout, fmt=fmt, engine=remote)
+        engine, scheduler = runtime.engine, runtime.scheduler
     else:
         source: Any = None
         cache_config, spec = config.spec_configs()

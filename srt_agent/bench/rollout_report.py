@@ -48,6 +48,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     * ``useless_drafts_ratio``: random drafts (cache content disabled) vs off (the bar: >= 0.95).
     * ``cache_only_ratio``: the tree cache filled with every committed token but never asked for a
       draft vs off: what the cache's upkeep alone costs.
+    * ``server_ratio``: the ``server`` configuration (a server at ``--url``, drafting on its side)
+      vs the in-process ``off``; ``server_url`` names it.
     * ``hf_generate_ratio``, ``prompt_lookup_ratio``: the HF peers vs off on their first
       ``hf_rounds`` rounds.
     * ``latency200_runahead_acceptance``, ``latency200_no_runahead_acceptance``: acceptance with
@@ -107,6 +109,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
         out["useless_drafts_ratio"] = _ratio(off["wall_s"], tot["useless"]["wall_s"])
     if "cache_only" in tot:
         out["cache_only_ratio"] = _ratio(off["wall_s"], tot["cache_only"]["wall_s"])
+    if "server" in tot:
+        out["server_ratio"] = _ratio(off["wall_s"], tot["server"]["wall_s"])
     for c in HF_CONFIGS:
         if c in tot:
             off_same = totals(results, "off", rounds=min(config.hf_rounds, config.rounds))["wall_s"]
