@@ -8,12 +8,11 @@ from typing import Annotated, Any
 
 import gymnasium as gym
 import typer
-from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from srt_agent import __version__
-from srt_agent.console import make_console, print_message
-from srt_agent.demo import OracleStats, run_oracle
+from srt_agent.console import make_console
+from srt_agent.demo import oracle_table
 from srt_agent.env import EnvConfigError, MultiTurnEnv
 from srt_agent.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
 from srt_agent.play import play as play_episode
@@ -99,21 +98,6 @@ def play_cmd(
         env.close()
 
 
-def _demo_env(env_id: str, seeds: range, *, quiet: bool) -> OracleStats | None:
-    """Run one env's oracle over ``seeds`` with a progress bar; ``None`` if it has no oracle."""
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console) as bar:
-        task = bar.add_task(env_id, total=len(seeds))
-        try:
-            stats = run_oracle(env_id, seeds, on_episode=lambda _: bar.advance(task))
-        except NotImplementedError:
-            return None
-    if not quiet:
-        console.rule(f"{env_id}: last episode (seed {seeds[-1]})")
-        for message in stats.last.transcript:
-            print_message(console, message)
-    return stats
-
-
 @app.command("demo")
 def demo_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the first episode (then seed+1, ...).")] = 0,
@@ -124,31 +108,7 @@ def demo_cmd(
     """List the envs, then let each env's oracle play episodes and summarise the results."""
     _check_outputs((json_path, "--json"))
     envs_cmd()
-    table = Table(title=f"Oracle episodes (seeds {seed}..{seed + episodes - 1})")
-    table.add_column("env", no_wrap=True)
-    # Short headers so the table fits 80 columns: n = episodes, success = share with reward 1,
-    # reward/turns/tools = means per episode, trunc = episodes cut off by the turn limit.
-    for col in ("n", "success", "reward", "turns", "tools", "trunc", "sec"):
-        table.add_column(col, justify="right")
-    record: dict[str, Any] = {"seed": seed, "episodes": episodes}
-    ok = True
-    for env_id in registered_envs():
-        stats = _demo_env(env_id, range(seed, seed + episodes), quiet=quiet)
-        if stats is None:
-            table.add_row(env_id, "-", "no oracle", "-", "-", "-", "-", "-")
-            continue
-        table.add_row(
-            env_id,
-            str(stats.episodes),
-            f"{stats.success_rate:.0%}",
-            f"{stats.mean_reward:.3f}",
-            f"{stats.mean_turns:.1f}",
-            f"{stats.mean_tool_calls:.1f}",
-            str(stats.truncated),
-            f"{stats.seconds:.2f}",
-        )
-        record.update(stats.flat())
-        ok = ok and stats.success_rate == 1.0
+    table, record, ok = oracle_table(registered_envs(), seed, episodes, console=console, quiet=quiet)
     console.print(table)
     _write_json(json_path, record)
     if not ok:

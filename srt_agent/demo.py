@@ -9,9 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
+from rich.table import Table
 
+from srt_agent.console import print_message
 from srt_agent.env import oracle_policy
 from srt_agent.policy import EpisodeResult, run_episode
 
@@ -87,3 +92,54 @@ def run_oracle(
         seconds=time.perf_counter() - t0,
         last=results[-1],
     )
+
+
+def _oracle_with_bar(env_id: str, seeds: range, console: Console) -> OracleStats | None:
+    """``run_oracle`` with a progress bar; ``None`` when the env has no oracle."""
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=console) as bar:
+        task = bar.add_task(env_id, total=len(seeds))
+        try:
+            return run_oracle(env_id, seeds, on_episode=lambda _: bar.advance(task))
+        except NotImplementedError:
+            return None
+
+
+def oracle_table(
+    env_ids: Iterable[str], seed: int, episodes: int, *, console: Console, quiet: bool = False
+) -> tuple[Table, dict[str, Any], bool]:
+    """What ``srt-agent demo`` prints: each env's oracle over ``episodes`` seeds from ``seed``.
+
+    Returns:
+        The table, the flat record for ``--json``, and whether every oracle solved every task.
+    """
+    table = Table(title=f"Oracle episodes (seeds {seed}..{seed + episodes - 1})")
+    table.add_column("env", no_wrap=True)
+    # Short headers so the table fits 80 columns: n = episodes, success = share with reward 1,
+    # reward/turns/tools = means per episode, trunc = episodes cut off by the turn limit.
+    for col in ("n", "success", "reward", "turns", "tools", "trunc", "sec"):
+        table.add_column(col, justify="right")
+    record: dict[str, Any] = {"seed": seed, "episodes": episodes}
+    ok = True
+    seeds = range(seed, seed + episodes)
+    for env_id in env_ids:
+        stats = _oracle_with_bar(env_id, seeds, console)
+        if stats is None:
+            table.add_row(env_id, "-", "no oracle", "-", "-", "-", "-", "-")
+            continue
+        if not quiet:
+            console.rule(f"{env_id}: last episode (seed {seeds[-1]})")
+            for message in stats.last.transcript:
+                print_message(console, message)
+        table.add_row(
+            env_id,
+            str(stats.episodes),
+            f"{stats.success_rate:.0%}",
+            f"{stats.mean_reward:.3f}",
+            f"{stats.mean_turns:.1f}",
+            f"{stats.mean_tool_calls:.1f}",
+            str(stats.truncated),
+            f"{stats.seconds:.2f}",
+        )
+        record.update(stats.flat())
+        ok = ok and stats.success_rate == 1.0
+    return table, record, ok

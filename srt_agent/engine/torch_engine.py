@@ -34,6 +34,7 @@ from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
+from srt_agent.engine.sequence import load_tokenizer
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
 from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
@@ -77,24 +78,6 @@ class _Call:
 
     fn: Callable[[], Any]
     future: Future[Any]
-
-
-def load_tokenizer(model_dir: str | Path) -> Detokenizer | None:
-    """Load the HF tokenizer saved next to a checkpoint, if there is one.
-
-    Args:
-        model_dir: Checkpoint directory.
-
-    Returns:
-        The tokenizer, or ``None`` when the directory has no tokenizer files.
-    """
-    path = Path(model_dir)
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        return None
-    from transformers import AutoTokenizer
-
-    tokenizer: Detokenizer = AutoTokenizer.from_pretrained(str(path))
-    return tokenizer
 
 
 class TorchEngine:
