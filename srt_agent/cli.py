@@ -309,6 +309,23 @@ def serve_cmd(
         raise _report_error(exc) from None
 
 
+@app.command("sglang-serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sglang_serve_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="HF model dir or hub id, as SGLang's --model-path.")],
+    host: Annotated[str, typer.Option(help="Interface.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 30000,
+    draft_tokens: Annotated[int, typer.Option(help="Tree slots per request, root included.")] = 12,
+) -> None:
+    """Start SGLang's server with SRT drafting inside it; other flags go to SGLang unchanged."""
+    from srt_agent.integrations.sglang.launch import launch
+
+    try:
+        launch(model, host=host, port=port, draft_tokens=draft_tokens, extra=ctx.args)
+    except (RuntimeError, ValueError) as exc:
+        raise _report_error(exc) from None
+
+
 bench_app = typer.Typer(
     help="Benchmarks (each prints a table and accepts --json PATH).", no_args_is_help=True
 )

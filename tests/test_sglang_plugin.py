@@ -157,3 +157,21 @@ def test_the_workers_trees_are_exact_under_sglangs_rule(sglang: Any) -> None:
     for seq, w in dist.items():
         first[seq[0]] += w
     assert np.allclose(first, target(()), atol=1e-12)
+
+
+def test_sglang_serve_builds_the_launch_command_and_keeps_the_plugin_allowed() -> None:
+    from srt_agent.integrations.sglang.launch import server_command, server_env
+
+    cmd = server_command(
+        "Qwen/Qwen2.5-0.5B-Instruct", host="0.0.0.0", port=30001, draft_tokens=8, extra=["--tp", "2"]
+    )
+    assert cmd[1:3] == ["-m", "sglang.launch_server"] and cmd[-2:] == ["--tp", "2"]
+    flags = dict(zip(cmd[3:-2:2], cmd[4:-2:2], strict=True))
+    assert flags["--speculative-algorithm"] == "SRT" and flags["--speculative-num-draft-tokens"] == "8"
+    assert (
+        flags["--speculative-accept-threshold-acc"] == flags["--speculative-accept-threshold-single"] == "1.0"
+    )
+    with pytest.raises(ValueError, match="set by srt-agent sglang-serve"):
+        server_command("m", host="h", port=1, draft_tokens=8, extra=["--speculative-algorithm=NGRAM"])
+    assert server_env({"SGLANG_PLUGINS": "other"})["SGLANG_PLUGINS"] == "other,srt"
+    assert "SGLANG_PLUGINS" not in server_env({})  # no allow-list: every plugin loads
