@@ -120,7 +120,7 @@ def test_batch_and_streamed_answers_have_sglang_shape(server: EngineServer) -> N
         assert [t for _, t, _ in meta["output_token_logprobs"]] == a["output_ids"]
     streamed = httpx.post(f"{server.url}/generate", json={"input_ids": [1, 2], "stream": True}).text
     assert streamed.startswith("data: {") and streamed.endswith("data: [DONE]\n\n")
-    info = httpx.get(f"{server.url}/get_server_info").json()
+    info = httpx.get(f"{server.url}/server_info").json()
     assert info["speculative_algorithm"] == "SRT" and info["context_length"] == 2048
 
 

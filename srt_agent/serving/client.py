@@ -204,8 +204,8 @@ class SGLangEngine:
         self._run(self._call("POST", "/resume_memory_occupation", {}))
 
     def server_info(self) -> dict[str, Any]:
-        """The server's ``/get_server_info`` answer."""
-        answer = self._run(self._call("GET", "/get_server_info"))
+        """The server's ``/server_info`` answer."""
+        answer = self._run(self._call("GET", "/server_info"))
         return answer if isinstance(answer, dict) else {"answer": answer}
 
     def spec_stats(self, reset: bool = False) -> SpecStats:

@@ -4,10 +4,10 @@ The embedded :class:`~srt_agent.engine.torch_engine.TorchEngine` (with its tree 
 drafts for every client) answers the endpoints a rollout client needs, with SGLang's paths and
 JSON (:mod:`srt_agent.serving.wire`): ``POST /generate`` (one request or a batch; concurrent
 requests join the engine's running batch), ``GET /health``, ``GET /health_generate``,
-``GET /get_model_info``, ``GET /get_server_info``, ``POST /update_weights_from_disk``,
-``GET|POST /flush_cache``. Memory release and tensor weight updates are SGLang features this
-engine lacks; they answer 501 with the alternative. Errors are ``{"error": {"message": ...}}``
-with status 400 (a bad request), 404, 501 or 500, as SGLang's are.
+``GET /model_info``, ``GET /server_info`` (and their older ``/get_*`` names),
+``POST /update_weights_from_disk``, ``GET|POST /flush_cache``. Memory release and tensor weight
+updates are SGLang features this engine lacks; they answer 501 with the alternative. Errors are
+``{"error": {"message": ...}}`` with status 400 (a bad request), 404, 501 or 500, as SGLang's are.
 
 It is a threaded standard-library server, for one machine: a rollout client, tests of the
 SGLang client without a GPU, or the embedded engine as a service. It streams (``"stream": true``)
@@ -114,7 +114,9 @@ class EngineServer:
             ("POST", "/generate"): self._generate,
             ("GET", "/health"): lambda _: (HTTPStatus.OK, None),
             ("GET", "/health_generate"): self._health_generate,
-            ("GET", "/get_model_info"): self._model_info,
+            ("GET", "/model_info"): self._model_info,
+            ("GET", "/get_model_info"): self._model_info,  # SGLang's older name, still served
+            ("GET", "/server_info"): self._server_info,
             ("GET", "/get_server_info"): self._server_info,
             ("POST", "/update_weights_from_disk"): self._update_from_disk,
             ("GET", "/flush_cache"): self._flush,
