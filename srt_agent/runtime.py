@@ -130,7 +130,7 @@ def build_engine(
     seed: int | None = None,
     num_threads: int | None = None,
 ) -> TorchEngine:
-    """The in-process engine alone (``srt-agent serve`` puts it behind HTTP); see :func:`build_runtime`."""
+    """The in-process engine alone (without a scheduler); see :func:`build_runtime`."""
     from srt_agent.engine.torch_engine import TorchEngine  # torch: only when an engine is built
 
     return TorchEngine(

@@ -38,11 +38,11 @@ def serve(
         console: Where the banner goes.
     """
     from srt_agent.devices import resolve_device
-    from srt_agent.runtime import build_engine
+    from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.tree_cache import TreeCache
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    engine = build_engine(
+    engine = TorchEngine(
         model_dir,
         max_batch_size=max_batch,
         draft_source=TreeCache() if spec else None,
