@@ -31,6 +31,16 @@ class PromptTooLongError(ValueError):
     """The prompt leaves no room to generate within the model's context."""
 
 
+def check_room(request: GenerationRequest, max_context: int) -> None:
+    """Raise :class:`PromptTooLongError` when ``request``'s prompt leaves no room to generate."""
+    if len(request.prompt_ids) >= max_context:
+        raise PromptTooLongError(
+            f"request {request.request_id!r}: prompt of {len(request.prompt_ids)} tokens leaves no room "
+            f"to generate within max_context={max_context}; shorten the prompt (or end the "
+            "episode as truncated)"
+        )
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one request.

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import torch
 
 from srt_agent.contracts.draft import DraftSourceProtocol
-from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
@@ -310,12 +310,7 @@ class TorchEngine:
     # --- submission -------------------------------------------------------------------------------
 
     def _check_length(self, request: GenerationRequest) -> None:
-        if len(request.prompt_ids) >= self._max_context:
-            raise PromptTooLongError(
-                f"request {request.request_id!r}: prompt of {len(request.prompt_ids)} tokens leaves no room "
-                f"to generate within max_context={self._max_context}; shorten the prompt (or end the "
-                "episode as truncated)"
-            )
+        check_room(request, self._max_context)
 
     def _invalid(self, request: GenerationRequest) -> str | None:
         vocab = self.config.vocab_size

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.serving.wire import WireError, output_from_wire, request_to_wire
 
@@ -243,11 +243,7 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ internals
     def _check_length(self, request: GenerationRequest) -> None:
-        if len(request.prompt_ids) >= self._max_context:
-            raise PromptTooLongError(
-                f"request {request.request_id!r}: prompt of {len(request.prompt_ids)} tokens leaves no room "
-                f"in a context of {self._max_context}"
-            )
+        check_room(request, self._max_context)
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:
