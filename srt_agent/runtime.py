@@ -157,4 +157,5 @@ def _connect(model_dir: str | Path, config: EngineConfig, rollout: RolloutConfig
         retries=config.retries,
         max_connections=max(config.max_connections, rollout.max_concurrent),
         weights_dir=config.weights_dir,
+        weight_sync=config.weight_sync,
     )

@@ -10,6 +10,7 @@ import asyncio
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -183,3 +184,63 @@ def test_bench_rollout_runs_a_server_configuration(server: EngineServer, model_d
     # The same seeds and the same drifted weights: the server generates what the engine does.
     assert record["server_tokens"] == record["off_tokens"] > 0 and record["server_ratio"] > 0
     assert {r.config for r in results} == {"off", "server"}
+
+
+def test_tensor_weight_updates_follow_sglangs_session_protocol() -> None:
+    """/begin_weight_update, /update_weights_from_tensor (ForkingPickler, base64, one per rank), /end."""
+    import base64
+    import json
+    import pickle
+
+    import torch
+
+    calls: list[tuple[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        calls.append((request.url.path, body))
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        return httpx.Response(200, json={"success": True, "message": "ok"})
+
+    weights = {"model.norm.weight": torch.arange(4, dtype=torch.float32)}
+    with SGLangEngine(
+        "http://sglang",
+        max_context=64,
+        weight_sync="tensor",
+        tp_size=2,
+        transport=httpx.MockTransport(answer),
+    ) as client:
+        client.update_weights(weights)
+    paths = [p for p, _ in calls]
+    assert paths == ["/health", "/begin_weight_update", "/update_weights_from_tensor", "/end_weight_update"]
+    body = calls[2][1]
+    assert body["flush_cache"] is True and len(body["serialized_named_tensors"]) == 2
+    ((name, tensor),) = pickle.loads(base64.b64decode(body["serialized_named_tensors"][0]))
+    assert name == "model.norm.weight" and torch.equal(tensor, weights[name])
+
+
+def test_connection_failures_and_overloaded_servers_are_retried() -> None:
+    tries: list[str] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        tries.append(request.url.path)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        if len(tries) < 4:  # a dropped connection, then an overloaded server, then an answer
+            if len(tries) == 2:
+                raise httpx.ConnectError("connection refused", request=request)
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        meta = {
+            "id": "r",
+            "finish_reason": {"type": "length", "length": 1},
+            "output_token_logprobs": [[-0.5, 9, None]],
+        }
+        return httpx.Response(200, json={"output_ids": [9], "meta_info": meta})
+
+    with SGLangEngine(
+        "http://sglang", max_context=64, backoff_s=0.001, transport=httpx.MockTransport(flaky)
+    ) as c:
+        (out,) = c.generate([GenerationRequest("r", (1, 2))])
+    assert out.token_ids == (9,) and out.logprobs == (-0.5,) and out.forward_passes == 1
+    assert tries == ["/health", "/generate", "/generate", "/generate"]

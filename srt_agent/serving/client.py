@@ -14,7 +14,9 @@ still fails raises :class:`EngineConnectionError` (its episode fails, the batch 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
 import shutil
 import tempfile
@@ -63,6 +65,11 @@ class SGLangEngine:
         weights_dir: Where :meth:`update_weights` writes checkpoints the server loads; it must be
             readable by the server at the same path. Default: a temporary folder removed on
             :meth:`close`.
+        weight_sync: How :meth:`update_weights` reaches the server: ``disk`` (a checkpoint the
+            server loads) or ``tensor`` (the tensors themselves, for a server on this machine:
+            :meth:`update_weights_from_tensors`).
+        tp_size: The server's tensor-parallel size (``tensor`` sends one copy per rank).
+        transport: An httpx transport to use instead of the network (tests).
         check: Ask ``/health`` now, so a wrong URL fails here rather than in the first episode.
 
     Raises:
@@ -82,12 +89,17 @@ class SGLangEngine:
         max_connections: int = 256,
         api_key: str | None = None,
         weights_dir: str | Path | None = None,
+        weight_sync: str = "disk",
+        tp_size: int = 1,
+        transport: httpx.AsyncBaseTransport | None = None,
         check: bool = True,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"engine url must start with http:// or https://, got {url!r}")
         if max_context < 2:
             raise ValueError(f"max_context must be >= 2, got {max_context}")
+        if weight_sync not in ("disk", "tensor"):
+            raise ValueError(f"weight_sync must be 'disk' or 'tensor', got {weight_sync!r}")
         if retries < 0 or backoff_s < 0:
             raise ValueError(f"retries and backoff_s must be >= 0, got {retries} and {backoff_s}")
         self.url = url.rstrip("/")
@@ -98,6 +110,8 @@ class SGLangEngine:
         self._own_weights_dir = weights_dir is None
         self.weights_dir = Path(weights_dir) if weights_dir is not None else None
         self._weights_version = 0
+        self.weight_sync = weight_sync
+        self.tp_size = tp_size
         self._lock = threading.Lock()
         self._stats = SpecStats()
         self._closed = False
@@ -109,7 +123,9 @@ class SGLangEngine:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
         async def make() -> httpx.AsyncClient:
-            return httpx.AsyncClient(base_url=self.url, timeout=timeout, limits=limits, headers=headers)
+            return httpx.AsyncClient(
+                base_url=self.url, timeout=timeout, limits=limits, headers=headers, transport=transport
+            )
 
         self._client = self._run(make())
         if check:
@@ -160,6 +176,9 @@ class SGLangEngine:
             ValueError: No ``model_dir`` was given (its ``config.json`` completes the checkpoint).
             RuntimeError: The server refused the checkpoint.
         """
+        if self.weight_sync == "tensor":
+            self.update_weights_from_tensors(state_dict)
+            return
         if self.model_dir is None:
             raise ValueError("SGLangEngine.update_weights needs model_dir= (the policy's checkpoint)")
         from safetensors.torch import save_file
@@ -190,6 +209,41 @@ class SGLangEngine:
         if not isinstance(answer, dict) or not answer.get("success"):
             message = answer.get("message") if isinstance(answer, dict) else answer
             raise RuntimeError(f"{self.url} did not load {model_path}: {message}")
+
+    def update_weights_from_tensors(
+        self, state_dict: Mapping[str, torch.Tensor], *, flush_cache: bool = True
+    ) -> None:
+        """Send the tensors to a server on this machine (SGLang's ``/update_weights_from_tensor``).
+
+        They travel as SGLang's ``MultiprocessingSerializer`` sends them: a ``ForkingPickler`` dump
+        with torch's reductions (CUDA tensors as IPC handles, CPU tensors as shared memory),
+        base64-encoded, one copy per tensor-parallel rank, inside the weight-update session SGLang
+        0.5.23 requires (``/begin_weight_update`` ... ``/end_weight_update``).
+
+        Raises:
+            RuntimeError: The server refused the weights.
+        """
+        from multiprocessing.reduction import ForkingPickler
+
+        import torch.multiprocessing  # noqa: F401 - registers torch's reductions with ForkingPickler
+
+        buffer = io.BytesIO()
+        ForkingPickler(buffer).dump([(name, t.detach()) for name, t in state_dict.items()])
+        payload = base64.b64encode(buffer.getvalue()).decode()
+        body = {"serialized_named_tensors": [payload] * self.tp_size, "flush_cache": flush_cache}
+        self._check_success(
+            self._run(self._call("POST", "/begin_weight_update", {"selector": "all"})), "open"
+        )
+        try:
+            answer = self._run(self._call("POST", "/update_weights_from_tensor", body))
+        finally:
+            self._check_success(self._run(self._call("POST", "/end_weight_update", {})), "close")
+        self._check_success(answer, "load")
+
+    def _check_success(self, answer: Any, what: str) -> None:
+        if not isinstance(answer, dict) or not answer.get("success"):
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise RuntimeError(f"{self.url} could not {what} the weight update: {message}")
 
     def flush_cache(self) -> None:
         """Drop the server's KV prefix cache."""

@@ -29,6 +29,10 @@ class EngineConfig(BaseModel):
         default=3, ge=0, description="Further tries after a connection failure or a 502/503/504."
     )
     max_connections: int = Field(default=256, ge=1, description="Connections pooled to the server.")
+    weight_sync: Literal["disk", "tensor"] = Field(
+        default="disk",
+        description="How new weights reach the server: a checkpoint on disk, or the tensors (same machine).",
+    )
     weights_dir: Path | None = Field(
         default=None,
         description="Where new weights are written for the server to load (same path on its disk); "
