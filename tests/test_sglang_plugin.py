@@ -91,7 +91,7 @@ def test_the_entry_point_registers_srt_with_what_sglangs_scheduler_calls(sglang:
     algo = sglang.get_spec("SRT")
     assert isinstance(algo, sglang.CustomSpecAlgo) and algo.supports_overlap
     assert algo.is_ngram() and not algo.has_draft_kv() and not algo.carries_draft_hidden_states()
-    assert not algo.need_topk()
+    assert not algo.need_topk() and algo.get_platform_worker_cls() is None
     future = algo.create_future_map("cuda", "pool", needs_cpu_seq_lens=False)
     assert future.spec_algorithm is algo and future.needs_cpu_seq_lens is False
     args = _server_args()

@@ -117,6 +117,9 @@ def _algorithm_class(base: type) -> type:
         def need_topk(self) -> bool:
             return False
 
+        def get_platform_worker_cls(self) -> type | None:
+            return None  # SRT's worker is its own on every platform
+
         def handle_server_args(self, server_args: Any) -> None:
             ngram_defaults(server_args)
 

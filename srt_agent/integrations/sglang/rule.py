@@ -3,10 +3,10 @@
 SGLang's n-gram worker samples with ``sgl_kernel.tree_speculative_sampling_target_only``. Per
 request, with ``u`` one uniform per tree slot: starting at the root, the candidates under the
 current node are tried in slot order, accumulating their target probabilities; the first
-candidate ``c`` with ``u <= (p(c_1) + ... + p(c))/threshold_acc`` (or ``p(c) >= threshold_single``)
-is accepted and becomes the current node, with its own ``u``. When none is, or after
-``num_steps - 1`` acceptances, one more token is drawn from the target with the rejected
-candidates' probabilities removed, renormalized, with a separate uniform.
+candidate ``c`` with ``p(c) > 0`` and ``u < (p(c_1) + ... + p(c))/threshold_acc`` (or
+``p(c) >= threshold_single``) is accepted and becomes the current node, with its own ``u``.
+When none is, or after ``num_steps - 1`` acceptances, one more token is drawn from the target
+with the rejected candidates' probabilities removed, renormalized, with a separate uniform.
 
 With both thresholds 1.0 that is inverse-CDF sampling of the target over the candidates, then of
 the rest: exact, *if the candidates under each node are distinct*. A repeated candidate has its
@@ -57,7 +57,7 @@ def _try_children(
     while child != -1:
         q = p[tokens[child]]
         acc += q
-        if u <= acc / threshold_acc or q >= threshold_single:
+        if q > 0 and (u < acc / threshold_acc or q >= threshold_single):
             return child, rejected
         rejected.append(tokens[child])
         child = sibling[child]
@@ -142,7 +142,7 @@ def emitted_distribution(
             q = p[tokens[child]]
             acc += q
             hi = 1.0 if q >= threshold_single else min(1.0, acc / threshold_acc)
-            if hi > covered:
+            if q > 0 and hi > covered:  # a candidate the target cannot sample is never accepted
                 walk(child, (*emitted, tokens[child]), weight * (hi - covered), steps - 1)
                 covered = hi
             removed.append(tokens[child])
