@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.contracts.draft import DraftSourceProtocol
+from srt_agent.distributed.config import RayConfig
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
@@ -24,6 +25,8 @@ from srt_agent.tree_cache import TreeCache
 if TYPE_CHECKING:
     import torch
 
+    from srt_agent.distributed.engine import RayEngine
+    from srt_agent.distributed.envs import EnvWorkerPool
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.serving.client import SGLangEngine
 
@@ -39,10 +42,11 @@ class Runtime:
         scheduler: Plays episodes against ``engine``.
     """
 
-    engine: TorchEngine | SGLangEngine
+    engine: TorchEngine | SGLangEngine | RayEngine
     fmt: ChatFormat
     draft_source: DraftSourceProtocol | None
     scheduler: RolloutScheduler
+    env_pool: EnvWorkerPool | None = None
 
     @property
     def cache(self) -> TreeCache | None:
@@ -50,8 +54,10 @@ class Runtime:
         return self.draft_source if isinstance(self.draft_source, TreeCache) else None
 
     def close(self) -> None:
-        """Stop the engine's worker thread."""
+        """Stop the engine (its worker thread, or its replicas) and the env workers."""
         self.engine.close()
+        if self.env_pool is not None:
+            self.env_pool.close()
 
     def __enter__(self) -> Runtime:
         return self
@@ -73,6 +79,7 @@ def build_runtime(
     num_threads: int | None = None,
     progress: ProgressCallback | None = None,
     engine: EngineConfig | None = None,
+    ray: RayConfig | None = None,
 ) -> Runtime:
     """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` (or a server's client).
 
@@ -92,6 +99,9 @@ def build_runtime(
             ``draft_source`` and ``spec`` are not used here, ``model_dir`` gives the chat format,
             the context length and the config of weight updates, and run-ahead requests go to
             the server at low priority to fill its drafter.
+        ray: Roll out on a Ray cluster (started locally if none is running): engine replicas,
+            each drafting from its own tree cache when ``draft_source`` is given (the driver's
+            cache is then not used), and env workers; see :mod:`srt_agent.distributed`.
 
     Raises:
         ValueError: Run-ahead asked for without a draft source (in-process).
@@ -105,6 +115,10 @@ def build_runtime(
         scheduler = RolloutScheduler(remote, fmt, rollout, runahead=ahead, progress=progress)
         return Runtime(remote, fmt, None, scheduler)
 
+    if ray is not None:
+        return _on_ray(
+            model_dir, fmt, rollout, ray, spec=draft_source is not None, seed=seed, progress=progress
+        )
     if ahead is not None and draft_source is None:
         raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
     local = build_engine(
@@ -142,6 +156,36 @@ def build_engine(
         draft_source=draft_source,
         spec=spec,
     )
+
+
+def _on_ray(
+    model_dir: str | Path,
+    fmt: ChatFormat,
+    rollout: RolloutConfig,
+    config: RayConfig,
+    *,
+    spec: bool,
+    seed: int | None,
+    progress: ProgressCallback | None,
+) -> Runtime:
+    import ray
+
+    from srt_agent.distributed.engine import RayEngine
+    from srt_agent.distributed.envs import EnvWorkerPool
+
+    if not ray.is_initialized():
+        ray.init(
+            address=config.address,
+            num_cpus=config.num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    engine = RayEngine(model_dir, config, max_batch_size=rollout.max_concurrent, spec=spec, seed=seed or 0)
+    pool = EnvWorkerPool(config.env_workers) if config.env_workers else None
+    factory = pool.make if pool is not None else None
+    scheduler = RolloutScheduler(engine, fmt, rollout, progress=progress, env_factory=factory)
+    return Runtime(engine, fmt, None, scheduler, pool)
 
 
 def _connect(model_dir: str | Path, config: EngineConfig, rollout: RolloutConfig) -> SGLangEngine:

@@ -11,6 +11,7 @@ from srt_agent.config.algo import AlgoSection
 from srt_agent.config.base import Section
 from srt_agent.config.sections import EVAL_SEED_END, EnvSection, ModelSection, RolloutSection, SpecSection
 from srt_agent.config.training import OptimSection, TrainerSection
+from srt_agent.distributed.config import RayConfig
 from srt_agent.serving.config import EngineConfig
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ class RunConfig(Section):
     spec: SpecSection = Field(default_factory=SpecSection, description="Speculative rollouts (SRT).")
     engine: EngineConfig = Field(
         default_factory=EngineConfig, description="The rollout engine: in-process (torch) or a server."
+    )
+    ray: RayConfig = Field(
+        default_factory=RayConfig, description="Replicas and env workers of trainer.backend = ray."
     )
     algo: AlgoSection = Field(default_factory=AlgoSection, description="Estimator and losses.")
     optim: OptimSection = Field(default_factory=OptimSection, description="Optimizer.")
@@ -63,6 +67,8 @@ class RunConfig(Section):
                 f"trainer.eval_episodes = {self.trainer.eval_episodes}: must be <= the {len(env.eval_seeds)} "
                 "tasks of env.eval_seeds"
             )
+        if self.trainer.backend == "ray" and self.engine.kind != "torch":
+            problems.append("trainer.backend = 'ray' runs torch engine replicas; set engine.kind = 'torch'")
         if self.engine.kind == "sglang" and self.trainer.baseline_every:
             problems.append(
                 f"trainer.baseline_every = {self.trainer.baseline_every}: the baseline rolls out with "

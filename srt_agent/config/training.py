@@ -73,6 +73,11 @@ class TrainerSection(Section):
     out_dir: Path = Field(
         default=Path("runs/train"), description="Where logs, checkpoints and the config go."
     )
+    backend: Literal["local", "ray"] = Field(
+        default="local",
+        description="local: one process; ray: engine replicas and env workers as Ray actors (see `ray`), "
+        "the learner in the driver.",
+    )
     baseline_every: int = Field(
         default=0,
         ge=0,

@@ -140,6 +140,15 @@ class EpisodeHooks:
 NO_HOOKS = EpisodeHooks()
 
 
+EnvFactory = Callable[[EpisodeSpec], "gym.Env[Any, str]"]
+"""Makes an episode's env from its spec."""
+
+
+def make_env(spec: EpisodeSpec) -> gym.Env[Any, str]:
+    """The episode's env, made in this process."""
+    return make(spec.env_id, **dict(spec.env_options))
+
+
 class EpisodeRunner:
     """Plays one :class:`EpisodeSpec` and builds its :class:`Trajectory` (one use per instance).
 
@@ -150,6 +159,8 @@ class EpisodeRunner:
         config: Sampling options and limits.
         queue_s: Seconds the episode already waited for a slot (recorded in the trajectory).
         hooks: Told about generations and env steps (the scheduler's metrics and run-ahead).
+        env_factory: Makes the episode's env (default: ``make(spec.env_id, **spec.env_options)``;
+            the Ray backend gives proxies of envs living in env workers).
     """
 
     def __init__(
@@ -160,8 +171,10 @@ class EpisodeRunner:
         config: RolloutConfig,
         queue_s: float = 0.0,
         hooks: EpisodeHooks = NO_HOOKS,
+        env_factory: EnvFactory | None = None,
     ):
         self.spec, self.engine, self.fmt, self.config = spec, engine, fmt, config
+        self.env_factory = env_factory or make_env
         self.queue_s = queue_s
         self.hooks = hooks
         self.env: gym.Env[Any, str] | None = None
@@ -227,7 +240,7 @@ class EpisodeRunner:
         t = time.perf_counter()
         where = "make"
         try:
-            self.env = env = await asyncio.to_thread(make, spec.env_id, **dict(spec.env_options))
+            self.env = env = await asyncio.to_thread(self.env_factory, spec)
             where = "reset"
             result = await asyncio.to_thread(
                 env.reset,

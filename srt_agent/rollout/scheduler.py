@@ -28,7 +28,7 @@ from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
-from srt_agent.rollout.episode import EpisodeHooks, EpisodeRunner
+from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
 from srt_agent.rollout.runahead import RunAhead
 
@@ -66,6 +66,7 @@ class RolloutScheduler:
         config: Limits and sampling options; defaults to ``RolloutConfig()``.
         progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
         runahead: Run-ahead options; ``None`` (the default) or ``enabled=False``: no run-ahead.
+        env_factory: Makes each episode's env (default: in this process).
     """
 
     def __init__(
@@ -76,8 +77,10 @@ class RolloutScheduler:
         *,
         progress: ProgressCallback | None = None,
         runahead: RunAheadConfig | None = None,
+        env_factory: EnvFactory | None = None,
     ):
         self.engine = engine
+        self.env_factory = env_factory
         self.fmt = fmt
         self.config = config or RolloutConfig()
         self.progress = progress
@@ -176,7 +179,13 @@ class RolloutScheduler:
         queued = time.perf_counter()
         async with slots:
             runner = EpisodeRunner(
-                spec, self.engine, self.fmt, self.config, time.perf_counter() - queued, hooks=hooks
+                spec,
+                self.engine,
+                self.fmt,
+                self.config,
+                time.perf_counter() - queued,
+                hooks=hooks,
+                env_factory=self.env_factory,
             )
             traj = await runner.run()
         if self.progress is not None:

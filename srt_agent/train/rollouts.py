@@ -90,6 +90,7 @@ class Rollouts:
             seed=cfg.trainer.seed,
             progress=progress,
             engine=cfg.engine,
+            ray=cfg.ray if cfg.trainer.backend == "ray" else None,
         )
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -144,3 +144,28 @@ _INT_FIELDS = (
     "preempted",
     "draft_errors",
 )
+
+
+def spec_sum(stats: Sequence[SpecStats]) -> SpecStats:
+    """The counters of several engines (replicas) added up."""
+    out = SpecStats()
+    for s in stats:
+        hist = [0] * max(len(out.acceptance_histogram), len(s.acceptance_histogram))
+        for h in (out.acceptance_histogram, s.acceptance_histogram):
+            for k, n in enumerate(h):
+                hist[k] += n
+        sources = Counter(out.drafts_by_source)
+        sources.update(s.drafts_by_source)
+        out = SpecStats(
+            **{
+                f.name: getattr(out, f.name) + getattr(s, f.name)
+                for f in fields(SpecStats)
+                if f.type == "int"
+            },
+            acceptance_histogram=tuple(hist),
+            drafts_by_source=dict(sources),
+            draft_seconds=out.draft_seconds + s.draft_seconds,
+            forward_seconds=out.forward_seconds + s.forward_seconds,
+            verify_seconds=out.verify_seconds + s.verify_seconds,
+        )
+    return out
