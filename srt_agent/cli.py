@@ -236,6 +236,7 @@ def eval_cmd(
         str, typer.Option(help="torch (in-process) or sglang (a server at --url; it drafts itself).")
     ] = "torch",
     url: Annotated[str | None, typer.Option(help="The server of --engine sglang.")] = None,
+    replicas: Annotated[int, typer.Option(min=0, help="Engine replicas on Ray (0: in this process).")] = 0,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -248,6 +249,10 @@ def eval_cmd(
         raise _report_error(exc) from None
     model_dir = _model_dir(model)
     options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec, "engine": engine_config}
+    if replicas:
+        from srt_agent.distributed.config import RayConfig
+
+        options["ray"] = RayConfig(replicas=replicas)
     if max_turns is not None:
         options["max_turns"] = max_turns
     code = eval_command(

@@ -20,6 +20,7 @@ from rich.text import Text
 from srt_agent.chat_format import ChatFormat
 from srt_agent.console import make_console
 from srt_agent.contracts.generation import Engine
+from srt_agent.distributed.config import RayConfig
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.paths import OutputPathError, check_output_file
@@ -81,6 +82,7 @@ def run_eval(
     trace_path: str | Path | None = None,
     spec: bool = True,
     engine: EngineConfig | None = None,
+    ray: RayConfig | None = None,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -104,6 +106,7 @@ def run_eval(
             turns; ignored for an engine instance (its draft source decides).
         engine: For a model directory, which engine: in-process (default), or a server
             (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
+        ray: For a model directory, roll out on a Ray cluster (engine replicas, env workers).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -126,7 +129,7 @@ def run_eval(
     used_spec: bool | None
     used: Engine
     if isinstance(model, str | Path):
-        runtime = _load(model, config, spec, progress, engine)
+        runtime = _load(model, config, spec, progress, engine, ray)
         used, scheduler = runtime.engine, runtime.scheduler
         name, owned = str(model), True
         remote = engine is not None and engine.kind == "sglang"
@@ -166,6 +169,7 @@ def _load(
     spec: bool,
     progress: ProgressCallback | None,
     engine: EngineConfig | None,
+    ray: RayConfig | None = None,
 ) -> Runtime:
     """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
     path = Path(model_dir)
@@ -173,7 +177,7 @@ def _load(
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     try:
         cache = TreeCache() if spec and (engine is None or engine.kind == "torch") else None
-        return build_runtime(path, config, draft_source=cache, progress=progress, engine=engine)
+        return build_runtime(path, config, draft_source=cache, progress=progress, engine=engine, ray=ray)
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
 
@@ -204,7 +208,7 @@ def eval_command(
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
         **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
-            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``, ``engine``).
+            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``, ``engine``, ``ray``).
 
     Returns:
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),
