@@ -16,6 +16,7 @@ from srt_agent.demo import oracle_table
 from srt_agent.env import EnvConfigError, MultiTurnEnv
 from srt_agent.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
 from srt_agent.play import play as play_episode
+from srt_agent.records import build_record
 from srt_agent.registration import UnknownEnvError, check_env_id, make, registered_envs
 
 app = typer.Typer(
@@ -114,25 +115,6 @@ def demo_cmd(
     if not ok:
         err_console.print("[red]an oracle failed to solve every task[/red]")
         raise typer.Exit(1)
-
-
-def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts into one level (``{"a": {"b/c-d": 1}}`` -> ``{"a_b_c_d": 1}``) for --json."""
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}".replace("/", "_").replace("-", "_").replace(".", "_")
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}_"))
-        else:
-            out[name] = value
-    return out
-
-
-def build_record(report: Any) -> dict[str, Any]:
-    """The build report as one flat JSON object (see README, "--json keys")."""
-    from dataclasses import asdict
-
-    return flatten(asdict(report))
 
 
 def _report_error(exc: Exception) -> typer.Exit:
@@ -329,6 +311,27 @@ def sglang_serve_cmd(
         launch(model, host=host, port=port, draft_tokens=draft_tokens, extra=ctx.args)
     except (RuntimeError, ValueError) as exc:
         raise _report_error(exc) from None
+
+
+@app.command("openrlhf-data")
+def openrlhf_data_cmd(
+    env: Annotated[str, typer.Option("--env", help="Registered env id, e.g. srt/Calculator-v0.")],
+    out: Annotated[Path, typer.Option(help="The prompt dataset (JSONL) to write.")],
+    tasks: Annotated[
+        int, typer.Option(min=1, help="Tasks (env seeds first_seed, first_seed+1, ...).")
+    ] = 1000,
+    first_seed: Annotated[int, typer.Option(min=0, help="Env seed of the first task.")] = 1_000_000,
+) -> None:
+    """Write OpenRLHF's prompt dataset for an srt env (one line per task; see examples/openrlhf)."""
+    from srt_agent.integrations.openrlhf.episode import write_prompts
+
+    try:
+        check_env_id(env)
+    except UnknownEnvError as exc:
+        raise _report_error(exc) from None
+    _check_outputs((out, "--out"))
+    write_prompts(out, env, range(first_seed, first_seed + tasks))
+    console.print(f"wrote {tasks} prompts to {out}")
 
 
 bench_app = typer.Typer(
