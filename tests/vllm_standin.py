@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,19 +15,19 @@ class TorchLLM:
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.outputs: list[GenerationOutput] = []
+        self._calls = itertools.count()
 
     async def generate(
         self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None
     ) -> Any:
+        n = next(self._calls)  # concurrent samples of a group each get their own id and seed
         params = SamplingParams(
             temperature=sampling_params.temperature,
             max_new_tokens=sampling_params.max_tokens,
             stop_token_ids=tuple(getattr(sampling_params, "stop_token_ids", None) or ()),
-            seed=len(self.outputs),
+            seed=n,
         )
-        out = await self.engine.agenerate(
-            GenerationRequest(f"g{len(self.outputs)}", tuple(prompt_token_ids), params)
-        )
+        out = await self.engine.agenerate(GenerationRequest(f"g{n}", tuple(prompt_token_ids), params))
         self.outputs.append(out)
         logprobs = None
         if sampling_params.logprobs is not None:
