@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from spec_drafters import NoisyReplay
+from stats_fixtures import chi_square_p
 from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
-from test_engine_spec_exact import CASES, _chi_square_p, _sample, save_exact_model
+from test_engine_spec_exact import CASES, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
 
 from srt_agent.bench.random_model import char_tokenizer, save_random_model
@@ -74,7 +75,7 @@ def test_cuda_speculative_samples_follow_the_exact_distribution(
     counts, joint, tokens_per_forward = _sample(
         exact_model, CASES[case], ("good", "bad", "partial"), n, device=CUDA, draws=draws
     )
-    p_value = _chi_square_p(sum(counts.values(), Counter()), joint, n)
+    p_value = chi_square_p(sum(counts.values(), Counter()), joint, n)
     print(f"cuda {case} ({draws}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
     assert p_value > 0.01
     assert tokens_per_forward > 1.15
