@@ -120,7 +120,6 @@ def test_cache_aware_routing_keeps_a_task_on_one_replica() -> None:
     assert len({spread.pick("task0") for _ in range(3)}) == 3
 
 
-@pytest.mark.slow  # two short trainings and a cluster: ~1.5 min on 2 cores
 def test_training_on_ray_equals_training_in_one_process(
     cluster: None, model_dir: Path, tmp_path: Path
 ) -> None:
