@@ -9,6 +9,8 @@ on its side.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -174,9 +176,11 @@ def _on_ray(
     from srt_agent.distributed.envs import EnvWorkerPool
 
     if not ray.is_initialized():
+        # A local cluster fits two sets of replicas (the trainer's baseline keeps a second one).
+        local_cpus = max(os.cpu_count() or 1, math.ceil(2 * config.replicas * config.replica_cpus))
         ray.init(
             address=config.address,
-            num_cpus=config.num_cpus,
+            num_cpus=config.num_cpus or (None if config.address else local_cpus),
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,

@@ -138,4 +138,13 @@ def test_training_on_ray_equals_training_in_one_process(
             run.close()
         return [float(s[k]) for s in steps for k in ("reward_mean", "gen_tokens", "pg_loss")]
 
-    assert train(backend="ray") == pytest.approx(train(), abs=1e-5)
+    # with the baseline on, the Ray run keeps a second set of replicas (speculation off)
+    assert train(backend="ray", baseline_every=1) == pytest.approx(train(baseline_every=1), abs=1e-5)
+
+
+def test_replicas_that_cannot_be_placed_fail_with_the_reason(cluster: None, model_dir: Path) -> None:
+    from srt_agent.distributed.engine import RayEngine
+
+    too_big = RayConfig(replicas=1, replica_cpus=64, start_timeout_s=2)
+    with pytest.raises(RuntimeError, match=r"CPUs free and each replica asks for 64"):
+        RayEngine(model_dir, too_big, max_batch_size=2)

@@ -32,7 +32,16 @@ class RayConfig(BaseModel):
         default=None, description="An existing cluster (ray://host:port or auto); null: start a local one."
     )
     num_cpus: int | None = Field(
-        default=None, ge=1, description="CPUs of a local cluster (null: Ray's count)."
+        default=None,
+        ge=1,
+        description="CPUs of a local cluster (null: this machine's, and at least two runs' replicas: "
+        "training with trainer.baseline_every keeps a second set with speculation off).",
     )
     replica_threads: int = Field(default=1, ge=1, description="Torch threads per replica.")
+    replica_cpus: float = Field(
+        default=1.0,
+        ge=0,
+        description="CPUs Ray reserves per replica (a scheduling figure, not a thread count).",
+    )
+    start_timeout_s: float = Field(default=600.0, gt=0, description="Most seconds for replicas to load.")
     max_retries: int = Field(default=3, ge=0, description="Tries of a request after its replica died.")

@@ -63,14 +63,25 @@ class RayEngine:
         self.config = config
         self._max_context = read_config(model_dir).max_position_embeddings
         remote: Any = ray.remote
-        self._actor = remote(num_cpus=1, max_concurrency=max(64, 4 * max_batch_size))(EngineReplica)
+        self._actor = remote(num_cpus=config.replica_cpus, max_concurrency=max(64, 4 * max_batch_size))(
+            EngineReplica
+        )
         self._args = (self.model_dir, max_batch_size, spec, seed, config.replica_threads)
         self._lock = threading.Lock()
         self._weights: Any = None  # the latest weights' object ref, for replacements
         self.replaced = 0
         self.router = Router(config.replicas, config.routing)
         self.replicas = [self._actor.remote(*self._args) for _ in range(config.replicas)]
-        ray.get([r.ping.remote() for r in self.replicas])  # fail here if a replica cannot start
+        try:  # fail here, saying why, if a replica cannot start (no CPU left to place it, say)
+            ray.get([r.ping.remote() for r in self.replicas], timeout=config.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            free = self._ray.available_resources().get("CPU", 0.0)
+            raise RuntimeError(
+                f"{config.replicas} engine replicas did not start within {config.start_timeout_s:.0f} s; "
+                f"the cluster has {free:g} CPUs free and each replica asks for {config.replica_cpus:g} "
+                "(lower ray.replica_cpus or ray.replicas, or give the cluster more CPUs: ray.num_cpus)"
+            ) from None
 
     @property
     def max_context(self) -> int:
