@@ -9,10 +9,10 @@ from scripted_engine import ScriptedEngine
 from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest
-from srt_agent.engine.speculation.stats import SpecStats
+from srt_agent.engine.speculation.stats import SpecStats, spec_delta
 from srt_agent.evaluation import run_eval
 from srt_agent.rollout import EpisodeSpec, RolloutConfig, RolloutScheduler, rollout_sync, run_rollouts
-from srt_agent.rollout.metrics import Timeline, spec_delta
+from srt_agent.rollout.metrics import Timeline
 from srt_agent.tool_parser import format_tool_call
 
 NAP_S = 0.2

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from srt_agent.contracts.trajectory import Trajectory
@@ -61,28 +61,6 @@ class RunAheadStats:
         """The counts accumulated since ``before`` (an earlier snapshot)."""
         mine, theirs = asdict(self), asdict(before)
         return RunAheadStats(**{k: mine[k] - theirs[k] for k in mine})
-
-
-def spec_delta(after: SpecStats, before: SpecStats) -> SpecStats:
-    """The speculation counters accumulated between two snapshots of the same engine."""
-    # Every integer counter (annotations are strings under ``from __future__ import annotations``).
-    ints = {
-        f.name: getattr(after, f.name) - getattr(before, f.name) for f in fields(SpecStats) if f.type == "int"
-    }
-    hist = list(after.acceptance_histogram)
-    for k, n in enumerate(before.acceptance_histogram):
-        hist[k] -= n
-    while hist and hist[-1] == 0:
-        hist.pop()
-    sources = {s: n - before.drafts_by_source.get(s, 0) for s, n in after.drafts_by_source.items()}
-    return SpecStats(
-        **ints,
-        acceptance_histogram=tuple(hist),
-        drafts_by_source={s: n for s, n in sources.items() if n},
-        draft_seconds=after.draft_seconds - before.draft_seconds,
-        forward_seconds=after.forward_seconds - before.forward_seconds,
-        verify_seconds=after.verify_seconds - before.verify_seconds,
-    )
 
 
 @dataclass(frozen=True)

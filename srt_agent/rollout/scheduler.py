@@ -24,12 +24,12 @@ from typing import Any
 from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.engine.speculation.stats import SpecStats
+from srt_agent.engine.speculation.stats import SpecStats, spec_delta
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
-from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics, spec_delta
+from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics
 from srt_agent.rollout.runahead import RunAhead
 
 logger = logging.getLogger("srt_agent.rollout")

@@ -146,26 +146,44 @@ _INT_FIELDS = (
 )
 
 
+def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
+    """``a + b`` (``sign`` 1) or ``a - b`` (``sign`` -1), counter by counter.
+
+    Zero counts are left out of ``drafts_by_source`` and trailing zeros off the histogram, so a
+    difference of two snapshots lists only what happened in between.
+    """
+    # Every integer counter (annotations are strings under ``from __future__ import annotations``).
+    ints = {
+        f.name: getattr(a, f.name) + sign * getattr(b, f.name) for f in fields(SpecStats) if f.type == "int"
+    }
+    hist = [0] * max(len(a.acceptance_histogram), len(b.acceptance_histogram))
+    for k, n in enumerate(a.acceptance_histogram):
+        hist[k] += n
+    for k, n in enumerate(b.acceptance_histogram):
+        hist[k] += sign * n
+    while hist and hist[-1] == 0:
+        hist.pop()
+    sources = Counter(a.drafts_by_source)
+    for s, n in b.drafts_by_source.items():
+        sources[s] += sign * n
+    return SpecStats(
+        **ints,
+        acceptance_histogram=tuple(hist),
+        drafts_by_source={s: n for s, n in sources.items() if n},
+        draft_seconds=a.draft_seconds + sign * b.draft_seconds,
+        forward_seconds=a.forward_seconds + sign * b.forward_seconds,
+        verify_seconds=a.verify_seconds + sign * b.verify_seconds,
+    )
+
+
+def spec_delta(after: SpecStats, before: SpecStats) -> SpecStats:
+    """The speculation counters accumulated between two snapshots of the same engine."""
+    return _combine(after, before, -1)
+
+
 def spec_sum(stats: Sequence[SpecStats]) -> SpecStats:
     """The counters of several engines (replicas) added up."""
     out = SpecStats()
     for s in stats:
-        hist = [0] * max(len(out.acceptance_histogram), len(s.acceptance_histogram))
-        for h in (out.acceptance_histogram, s.acceptance_histogram):
-            for k, n in enumerate(h):
-                hist[k] += n
-        sources = Counter(out.drafts_by_source)
-        sources.update(s.drafts_by_source)
-        out = SpecStats(
-            **{
-                f.name: getattr(out, f.name) + getattr(s, f.name)
-                for f in fields(SpecStats)
-                if f.type == "int"
-            },
-            acceptance_histogram=tuple(hist),
-            drafts_by_source=dict(sources),
-            draft_seconds=out.draft_seconds + s.draft_seconds,
-            forward_seconds=out.forward_seconds + s.forward_seconds,
-            verify_seconds=out.verify_seconds + s.verify_seconds,
-        )
+        out = _combine(out, s, 1)
     return out
