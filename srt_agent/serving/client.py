@@ -206,9 +206,7 @@ class SGLangEngine:
         """
         body = {"model_path": str(model_path), "flush_cache": flush_cache}
         answer = self._run(self._call("POST", "/update_weights_from_disk", body))
-        if not isinstance(answer, dict) or not answer.get("success"):
-            message = answer.get("message") if isinstance(answer, dict) else answer
-            raise RuntimeError(f"{self.url} did not load {model_path}: {message}")
+        self._check_success(answer, f"load {model_path}")
 
     def update_weights_from_tensors(
         self, state_dict: Mapping[str, torch.Tensor], *, flush_cache: bool = True
@@ -231,19 +229,21 @@ class SGLangEngine:
         ForkingPickler(buffer).dump([(name, t.detach()) for name, t in state_dict.items()])
         payload = base64.b64encode(buffer.getvalue()).decode()
         body = {"serialized_named_tensors": [payload] * self.tp_size, "flush_cache": flush_cache}
-        self._check_success(
-            self._run(self._call("POST", "/begin_weight_update", {"selector": "all"})), "open"
-        )
+        opened = self._run(self._call("POST", "/begin_weight_update", {"selector": "all"}))
+        self._check_success(opened, "open the weight update")
         try:
             answer = self._run(self._call("POST", "/update_weights_from_tensor", body))
         finally:
-            self._check_success(self._run(self._call("POST", "/end_weight_update", {})), "close")
-        self._check_success(answer, "load")
+            self._check_success(
+                self._run(self._call("POST", "/end_weight_update", {})), "close the weight update"
+            )
+        self._check_success(answer, "load the weights")
 
     def _check_success(self, answer: Any, what: str) -> None:
+        """Raise when a ``{"success": ..., "message": ...}`` answer says the server could not ``what``."""
         if not isinstance(answer, dict) or not answer.get("success"):
             message = answer.get("message") if isinstance(answer, dict) else answer
-            raise RuntimeError(f"{self.url} could not {what} the weight update: {message}")
+            raise RuntimeError(f"{self.url} could not {what}: {message}")
 
     def flush_cache(self) -> None:
         """Drop the server's KV prefix cache."""

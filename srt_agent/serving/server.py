@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srt_agent.faults import describe_fault
-from srt_agent.serving.wire import WireError, output_to_wire, requests_from_wire
+from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
     from srt_agent.engine.torch_engine import TorchEngine
@@ -153,9 +153,7 @@ class EngineServer:
                     speculative=self.speculative,
                 )
             )
-        ids = body["input_ids"]
-        batch = bool(ids) and isinstance(ids[0], list)
-        return HTTPStatus.OK, answers if batch else answers[0]
+        return HTTPStatus.OK, answers if batch_shape(body) else answers[0]
 
     def _health_generate(self, _: Any) -> tuple[HTTPStatus, Any]:
         from srt_agent.contracts.generation import GenerationRequest, SamplingParams

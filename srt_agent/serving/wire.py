@@ -15,7 +15,7 @@ client reports which part of a server's answer it could not read.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from srt_agent.contracts.draft import StreamKind
@@ -24,6 +24,7 @@ from srt_agent.contracts.generation import FinishReason, GenerationOutput, Gener
 __all__ = [
     "RUNAHEAD_PRIORITY",
     "WireError",
+    "batch_shape",
     "output_from_wire",
     "output_to_wire",
     "request_to_wire",
@@ -172,7 +173,7 @@ def requests_from_wire(body: Any, new_id: Any) -> list[GenerationRequest]:
         hint = " (text prompts are not accepted: send token ids)" if "text" in body else ""
         raise WireError(f"input_ids is required{hint}")
     ids = body["input_ids"]
-    batch = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+    batch = batch_shape(body)
     prompts = ids if batch else [ids]
     n = len(prompts)
 
@@ -310,10 +311,3 @@ def batch_shape(body: Any) -> bool:
     """Whether a ``/generate`` body is a batch (its ``input_ids`` a list of lists)."""
     ids = body.get("input_ids") if isinstance(body, Mapping) else None
     return isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-
-
-def check_list(value: Any, n: int, what: str) -> Sequence[Any]:
-    """``value`` as a list of ``n`` answers (a batch answer), or :class:`WireError`."""
-    if not isinstance(value, list) or len(value) != n:
-        raise WireError(f"expected a list of {n} {what}, got {type(value).__name__}")
-    return value
