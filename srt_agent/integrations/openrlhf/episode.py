@@ -116,22 +116,15 @@ class VLLMEngineAdapter:
 def to_openrlhf(trajectory: Trajectory, prompt: str, label: str) -> dict[str, Any]:
     """The dict OpenRLHF's experience maker reads, from an srt trajectory.
 
-    ``action_ranges`` are the runs of generated tokens (loss mask 1), half-open; the logprobs are
-    per token of ``observation_tokens`` (0.0 outside the actions), as OpenRLHF shifts both by one.
+    ``action_ranges`` are the generated turns' spans (``Trajectory.turn_spans``, half-open); the
+    logprobs are per token of ``observation_tokens`` (0.0 outside the actions), as OpenRLHF shifts
+    both by one.
     """
-    ranges: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate((*trajectory.loss_mask, 0)):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            ranges.append((start, i))
-            start = None
     return {
         "prompt": prompt,
         "label": label,
         "observation_tokens": list(trajectory.token_ids),
-        "action_ranges": ranges,
+        "action_ranges": list(trajectory.turn_spans),
         "rollout_log_probs": [
             lp if m else 0.0 for lp, m in zip(trajectory.logprobs, trajectory.loss_mask, strict=True)
         ],
