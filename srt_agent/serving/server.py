@@ -73,6 +73,7 @@ class EngineServer:
         self.started = time.time()
         self._ids = itertools.count()
         self._updating = threading.Lock()  # one weight update at a time
+        self._routes = self._route_table()
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -109,7 +110,7 @@ class EngineServer:
         self.close()
 
     # ------------------------------------------------------------------ endpoints
-    def _routes(self) -> dict[tuple[str, str], Callable[[Any], tuple[HTTPStatus, Any]]]:
+    def _route_table(self) -> dict[tuple[str, str], Callable[[Any], tuple[HTTPStatus, Any]]]:
         return {
             ("POST", "/generate"): self._generate,
             ("GET", "/health"): lambda _: (HTTPStatus.OK, None),
@@ -235,9 +236,9 @@ class EngineServer:
                 try:
                     body = self._body()
                     stream = isinstance(body, dict) and body.get("stream") is True
-                    route = server._routes().get((method, path))
+                    route = server._routes.get((method, path))
                     if route is None:
-                        known = any(p == path for _, p in server._routes())
+                        known = any(p == path for _, p in server._routes)
                         status = HTTPStatus.METHOD_NOT_ALLOWED if known else HTTPStatus.NOT_FOUND
                         raise _HTTPError(status, f"{method} {path} is not served here")
                     status, payload = route(body)

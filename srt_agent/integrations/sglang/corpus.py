@@ -66,11 +66,14 @@ class TreeCacheCorpus:
         self.lost_sync = 0  # requests whose committed tokens could not all be recovered (metric)
 
     # ------------------------------------------------------------------ srt-agent's additions
-    def bind(self, requests: Sequence[tuple[str, Sequence[int], StreamKind]]) -> None:
-        """Make the requests known: ``(rid, prompt_ids, kind)``; known ids are skipped (O(1))."""
-        for rid, prompt, kind in requests:
-            if rid not in self._requests:
-                self._requests[rid] = _Request(state_key(prompt), len(prompt), kind)
+    def knows(self, rid: str) -> bool:
+        """Whether request ``rid`` is bound (its prompt hashed already)."""
+        return rid in self._requests
+
+    def bind(self, rid: str, prompt_ids: Sequence[int], kind: StreamKind = "live") -> None:
+        """Make a request known: its conversation state is the hash of its prompt."""
+        if rid not in self._requests:
+            self._requests[rid] = _Request(state_key(prompt_ids), len(prompt_ids), kind)
 
     def forget_requests(self) -> None:
         """Drop every request's stream (a cache flush); the trees and their counts stay."""

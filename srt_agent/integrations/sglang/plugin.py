@@ -155,16 +155,11 @@ def _worker_class(base: type) -> type:
             self.ngram_corpus = TreeCacheCorpus(TreeCache(config), self.draft_token_num, vocab)
 
         def _prepare_draft_tokens(self, batch: Any) -> Any:
-            self.ngram_corpus.bind(
-                [
-                    (
-                        req.rid,
-                        list(req.origin_input_ids_unpadded),
-                        "runahead" if (getattr(req, "priority", None) or 0) < 0 else "live",
-                    )
-                    for req in batch.reqs
-                ]
-            )
+            corpus = self.ngram_corpus
+            for req in batch.reqs:  # every decode step: hash a prompt only on its request's first
+                if not corpus.knows(req.rid):
+                    runahead = (getattr(req, "priority", None) or 0) < 0
+                    corpus.bind(req.rid, req.origin_input_ids_unpadded, "runahead" if runahead else "live")
             return super()._prepare_draft_tokens(batch)
 
         def clear_cache_pool(self) -> None:
