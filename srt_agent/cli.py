@@ -161,17 +161,22 @@ def build_model_cmd(
         Path | None, typer.Option("--json", help="Write the build figures as JSON here.")
     ] = None,
     device: Annotated[
-        str, typer.Option(help="Where SFT runs: cpu (deterministic per seed and threads) or cuda.")
-    ] = "cpu",
+        str | None,
+        typer.Option(
+            help="Where SFT runs: cpu (deterministic per seed and threads) or cuda [default: the preset's: "
+            "cuda for gpu, else cpu]."
+        ),
+    ] = None,
     preset: Annotated[
         str,
         typer.Option(
-            help="embedded (the default model) or tool-choice (Calculator warm start mixed with tool-free "
-            "demonstrations: the RL quickstart's model)."
+            help="embedded (the default model), tool-choice (Calculator warm start mixed with tool-free "
+            "demonstrations: the RL quickstart's model) or gpu (the same lesson at ~87M parameters, "
+            "built on a CUDA GPU in ~2 minutes)."
         ),
     ] = "embedded",
 ) -> None:
-    """Build a model on CPU (the embedded one, or a preset): tokenizer, small Llama, SFT on demonstrations."""
+    """Build a model (the embedded one, or a preset): tokenizer, small Llama, SFT on demonstrations."""
     from dataclasses import replace
 
     from srt_agent.model.build import BuildDirError, build_model, preset_config
@@ -180,7 +185,7 @@ def build_model_cmd(
     _check_outputs((json_path, "--json"))
     try:
         defaults = preset_config(preset)
-        config = replace(defaults, sft=replace(defaults.sft, device=device))
+        config = replace(defaults, sft=replace(defaults.sft, device=device or defaults.sft.device))
         report = build_model(target, seed=seed, force=force, config=config)
     except (BuildDirError, ValueError) as exc:
         raise _report_error(exc) from None
@@ -219,6 +224,7 @@ def eval_cmd(
     ] = "torch",
     url: Annotated[str | None, typer.Option(help="The server of --engine sglang.")] = None,
     replicas: Annotated[int, typer.Option(min=0, help="Engine replicas on Ray (0: in this process).")] = 0,
+    device: Annotated[str, typer.Option(help="Where the in-process engine runs: cpu, cuda or auto.")] = "cpu",
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -230,7 +236,13 @@ def eval_cmd(
     except (UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
     model_dir = _model_dir(model)
-    options: dict[str, Any] = {"seed": seed, "first_seed": first_seed, "spec": spec, "engine": engine_config}
+    options: dict[str, Any] = {
+        "seed": seed,
+        "first_seed": first_seed,
+        "spec": spec,
+        "engine": engine_config,
+        "device": device,
+    }
     if replicas:
         from srt_agent.distributed.config import RayConfig
 
@@ -343,14 +355,45 @@ app.add_typer(bench_app, name="bench")
 @bench_app.command("engine")
 def bench_engine_cmd(
     model: Annotated[Path | None, typer.Option(help="HF model dir [default: the embedded model].")] = None,
+    shape: Annotated[
+        str | None,
+        typer.Option(help="Benchmark a random model of this shape instead: embedded or qwen2.5-0.5b."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda (bfloat16 and CUDA graphs on a GPU).")] = "cpu",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,32",
+    new_tokens: Annotated[int, typer.Option(min=2, help="Tokens generated per sequence.")] = 128,
+    hf: Annotated[bool, typer.Option(help="Also time HF generate() (the speedup's reference).")] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
 ) -> None:
-    """Decode tokens/s of TorchEngine vs HF generate() at batch 1 and 32, side by side."""
+    """Decode tokens/s of TorchEngine vs HF generate() (and, on a GPU, vs itself without CUDA graphs)."""
     from srt_agent.bench.engine import bench_engine
+    from srt_agent.bench.random_model import SHAPES
 
-    model_dir = _model_dir(model)
+    if shape is not None and shape not in SHAPES:
+        raise _report_error(ValueError(f"unknown --shape {shape!r}; choose from {', '.join(SHAPES)}"))
+    try:
+        sizes = tuple(int(b) for b in batch_sizes.split(","))
+    except ValueError:
+        raise _report_error(
+            ValueError(f"--batch-sizes must be integers like 1,32, got {batch_sizes!r}")
+        ) from None
+    from srt_agent.devices import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        raise _report_error(exc) from None
+    model_dir = None if shape is not None else _model_dir(model)
     _check_outputs((json_path, "--json"))
-    bench_engine(model_dir, json_path)
+    bench_engine(
+        model_dir,
+        json_path,
+        device=device,
+        shape=shape or "embedded",
+        batch_sizes=sizes,
+        new_tokens=new_tokens,
+        hf=hf,
+    )
 
 
 @bench_app.command("rollout")
@@ -374,6 +417,10 @@ def bench_rollout_cmd(
         str, typer.Option(help="How verify steps draw (spec.draws): auto, walk or all.")
     ] = "auto",
     device: Annotated[str, typer.Option(help="Torch device of every engine: cpu or cuda.")] = "cpu",
+    dtype: Annotated[
+        str, typer.Option(help="TorchEngine dtype: auto (bfloat16 on a GPU), float32 or bfloat16.")
+    ] = "auto",
+    batch: Annotated[int, typer.Option(min=1, help="Engine batch (max concurrent episodes).")] = 32,
     url: Annotated[str | None, typer.Option(help="Also roll out through this server (`server`).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the headline figures here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(
@@ -391,7 +438,8 @@ def bench_rollout_cmd(
             max_new_tokens=max_new_tokens, max_turns=max_turns, threads=threads,
             envs=tuple(env) if env else RolloutBenchConfig.envs,
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
-            backoff_window=backoff_window, draws=draws, device=device, server_url=url,
+            backoff_window=backoff_window, draws=draws, device=device, dtype=dtype,
+            max_batch_size=batch, server_url=url,
         )  # fmt: skip
     except ValueError as exc:
         raise _report_error(exc) from None
@@ -402,3 +450,7 @@ def bench_rollout_cmd(
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":  # python -m srt_agent.cli (where the console script is not installed)
+    main()

@@ -82,6 +82,8 @@ def build_runtime(
     progress: ProgressCallback | None = None,
     engine: EngineConfig | None = None,
     ray: RayConfig | None = None,
+    dtype: torch.dtype | None = None,
+    cuda_graphs: bool | None = None,
 ) -> Runtime:
     """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` (or a server's client).
 
@@ -104,6 +106,8 @@ def build_runtime(
         ray: Roll out on a Ray cluster (started locally if none is running): engine replicas,
             each drafting from its own tree cache when ``draft_source`` is given (the driver's
             cache is then not used), and env workers; see :mod:`srt_agent.distributed`.
+        dtype: The in-process engine's dtype (default: bfloat16 on a GPU, float32 on a CPU).
+        cuda_graphs: The in-process engine's CUDA graphs (default: on a GPU).
 
     Raises:
         ValueError: Run-ahead asked for without a draft source (in-process).
@@ -131,6 +135,8 @@ def build_runtime(
         num_threads=num_threads,
         draft_source=draft_source,
         spec=spec,
+        dtype=dtype,
+        cuda_graphs=cuda_graphs,
     )
     scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
     return Runtime(local, fmt, draft_source, scheduler)
@@ -145,6 +151,8 @@ def build_engine(
     device: torch.device | str = "cpu",
     seed: int | None = None,
     num_threads: int | None = None,
+    dtype: torch.dtype | None = None,
+    cuda_graphs: bool | None = None,
 ) -> TorchEngine:
     """The in-process engine alone (without a scheduler); see :func:`build_runtime`."""
     from srt_agent.engine.torch_engine import TorchEngine  # torch: only when an engine is built
@@ -157,6 +165,8 @@ def build_engine(
         num_threads=num_threads,
         draft_source=draft_source,
         spec=spec,
+        dtype=dtype,
+        cuda_graphs=cuda_graphs,
     )
 
 

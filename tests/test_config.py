@@ -26,7 +26,7 @@ def test_defaults_are_valid_and_equal_an_empty_load() -> None:
     assert load_config(None, []) == RunConfig()
 
 
-@pytest.mark.parametrize("name", ["quickstart", "ppo", "rloo"])
+@pytest.mark.parametrize("name", ["quickstart", "ppo", "rloo", "gpu"])
 def test_shipped_configs_load(name: str) -> None:
     cfg = load_config(CONFIGS / f"{name}.yaml")
     assert cfg.trainer.out_dir == Path("runs") / name

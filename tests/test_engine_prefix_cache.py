@@ -102,3 +102,24 @@ def test_store_lookup_budget_and_collisions() -> None:
     assert len(store) == 0 and store.bytes == 0
     with pytest.raises(ValueError, match="budget"):
         PrefixStore(-1)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_long_reused_prefix_and_a_long_new_prompt_prefill_apart(model_dir: Path, static: bool) -> None:
+    # Admitted together, a next turn (long reused prefix, short new part) and a fresh long prompt
+    # would pad to reused + new > the context: they must prefill in separate forwards, not abort.
+    first = _prompt(4, 180)
+    with TorchEngine(model_dir, max_context=256, cuda_graphs=static) as eng:
+        [out] = eng.generate(
+            [GenerationRequest("t0", first, SamplingParams(temperature=0.0, max_new_tokens=8))]
+        )
+        params = SamplingParams(temperature=0.0, max_new_tokens=8)
+        reqs = [
+            GenerationRequest("next", first + out.token_ids + _prompt(5, 4), params),
+            GenerationRequest("fresh", _prompt(6, 200), params),
+        ]
+        got = eng.generate(reqs)
+        assert eng.stats().prefix_hits == 1
+    assert [o.finish_reason for o in got] == ["length", "length"], [o.error for o in got]
+    with TorchEngine(model_dir, max_context=256, prefix_cache_bytes=0) as plain:
+        assert [o.token_ids for o in plain.generate(reqs)] == [o.token_ids for o in got]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -93,6 +94,7 @@ def _sample(
     first_seed: int = 1000,
     device: str = "cpu",
     draws: str = "auto",
+    **engine: Any,
 ) -> tuple[dict[str, Counter[tuple[int, ...]]], dict[tuple[int, ...], float], float]:
     table = _conditionals(model_dir, params)
 
@@ -116,7 +118,9 @@ def _sample(
         )
         for i in range(n)
     ]
-    with TorchEngine(model_dir, max_batch_size=512, draft_source=drafter, spec=spec, device=device) as engine:
+    with TorchEngine(
+        model_dir, max_batch_size=512, draft_source=drafter, spec=spec, device=device, **engine
+    ) as engine:
         outs = engine.generate(requests)
         stats = engine.spec_stats()
     counts: dict[str, Counter[tuple[int, ...]]] = {m: Counter() for m in modes}
@@ -135,11 +139,13 @@ CASES = {
 FAST_SAMPLES = 4_000  # the default tier; the slow tier draws 10k per draft kind
 
 
-@pytest.mark.parametrize("draws", ["walk", "all"])
+@pytest.mark.parametrize("draws", ["walk", "all", "static"])
 @pytest.mark.parametrize("case", CASES)
 def test_speculative_samples_follow_the_exact_distribution(model_dir: Path, case: str, draws: str) -> None:
+    # "static": the static-shape steps that CUDA graphs capture, run eagerly on this CPU.
     modes = ("good", "bad", "partial")
-    counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES, draws=draws)
+    kw: dict[str, Any] = {"cuda_graphs": True} if draws == "static" else {"draws": draws}
+    counts, joint, tokens_per_forward = _sample(model_dir, CASES[case], modes, FAST_SAMPLES, **kw)
     total = sum(counts.values(), Counter())
     p_value = chi_square_p(total, joint, FAST_SAMPLES)
     print(f"{case} ({draws}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")

@@ -37,6 +37,24 @@ TINY: dict[str, Any] = {
 }
 
 
+# Shaped like Qwen2.5-0.5B (~0.5B parameters, GQA 14:2, q/k/v biases): a GPU-sized benchmark model.
+QWEN05B_LIKE: dict[str, Any] = {
+    "architecture": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+    "init_std": 0.02,
+}
+
+SHAPES: dict[str, dict[str, Any]] = {"embedded": EMBEDDED_LIKE, "qwen2.5-0.5b": QWEN05B_LIKE}
+"""Random model shapes by name (``srt-agent bench engine --shape``)."""
+
+
 def save_random_model(
     path: str | Path,
     *,

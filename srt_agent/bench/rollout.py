@@ -14,6 +14,8 @@ Configurations (:data:`CONFIGS`), all in one process and interleaved round by ro
 rotating each round), so that load on a shared machine hits them alike:
 
 * ``off``: TorchEngine without a draft source (plain decoding; the reference of every ratio);
+* ``eager``: ``off`` in float32 without CUDA graphs: the engine as it ran before static steps (on a
+  CPU it is ``off`` again, so its ratio reads ~1);
 * ``srt``: TorchEngine + TreeCache + run-ahead (announced next-round prompts, known tool results);
 * ``srt_no_runahead``: the same without run-ahead;
 * ``useless``: TorchEngine speculating from random drafts (the cache's content disabled);
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 
 CONFIGS = (
     "off",
+    "eager",
     "srt",
     "srt_no_runahead",
     "useless",
@@ -71,6 +74,8 @@ CONFIGS = (
 """Every configuration the benchmark knows, in table order."""
 
 HF_CONFIGS = ("hf_generate", "prompt_lookup")
+DTYPES: dict[str, torch.dtype | None] = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
+"""``--dtype`` names (``auto``: the engine's default for the device)."""
 LATENCY_CONFIGS = ("latency_srt", "latency_srt_no_runahead")
 
 
@@ -100,6 +105,8 @@ class RolloutBenchConfig:
         backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off).
         draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``).
         device: Torch device of every engine (``cpu`` or ``cuda``).
+        dtype: The TorchEngine configurations' dtype (``auto``: bfloat16 on a GPU, float32 on a
+            CPU; or ``float32``, ``bfloat16``); ``eager`` always runs float32.
         server_url: The server of the ``server`` configuration (which runs only with one).
     """
 
@@ -123,6 +130,7 @@ class RolloutBenchConfig:
     backoff_window: int = 0
     draws: str = "auto"
     device: str = "cpu"
+    dtype: str = "auto"
     server_url: str | None = None
 
     def __post_init__(self) -> None:
@@ -142,6 +150,8 @@ class RolloutBenchConfig:
             object.__setattr__(self, "configs", tuple(c for c in self.configs if c != "server"))
         elif self.server_url is not None and "server" not in self.configs:
             object.__setattr__(self, "configs", (*self.configs, "server"))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         if self.backoff_window < 0:
             raise ValueError(f"backoff_window must be >= 0 (0: off), got {self.backoff_window}")
         self.spec_configs()  # their own validation (a ValueError naming the field and its bounds)
@@ -239,7 +249,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
         cache_config, spec = config.spec_configs()
         if name == "useless":
             source = UselessDrafts(read_config(config.model_dir).vocab_size, seed=config.seed)
-        elif name != "off":
+        elif name not in ("off", "eager"):
             source = TreeCache(cache_config)
         if name == "cache_only":
             spec = spec.model_copy(update={"enabled": False})
@@ -251,6 +261,8 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             run_ahead=RunAheadConfig() if name in ("srt", "latency_srt") else None,
             fmt=fmt,
             device=config.device,
+            dtype=torch.float32 if name == "eager" else DTYPES[config.dtype],
+            cuda_graphs=False if name == "eager" else None,
         )
         engine, scheduler = runtime.engine, runtime.scheduler
     latency = name in LATENCY_CONFIGS
@@ -271,13 +283,20 @@ def _warm_up(engine: Engine, fmt: ChatFormat) -> None:
 
 
 def run_rollout_bench(
-    config: RolloutBenchConfig, *, on_round: Callable[[RoundResult], None] | None = None
+    config: RolloutBenchConfig,
+    *,
+    on_round: Callable[[RoundResult], None] | None = None,
+    engine_figures: dict[str, float | int | str] | None = None,
 ) -> list[RoundResult]:
     """Run every configuration for its rounds, interleaved, and return one result per batch.
 
     Args:
         config: What to run.
         on_round: Called with each batch's result as it completes (progress output).
+        engine_figures: If given, receives each TorchEngine configuration's static-step figures
+            at the end: ``<config>_graph_shapes``, ``<config>_graph_replays``,
+            ``<config>_static_eager_steps``, ``<config>_decode_steps`` and, if a capture failed,
+            ``<config>_graph_error``.
 
     Returns:
         Results in the order they ran.
@@ -318,9 +337,29 @@ def run_rollout_bench(
                         on_round(result)
     finally:
         for arm in arms:
+            if engine_figures is not None:
+                engine_figures.update(_engine_figures(arm))
             arm.engine.close()
         torch.set_num_threads(previous_threads)
     return results
+
+
+def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
+    """A TorchEngine arm's static-step counters (none for HF peers and servers)."""
+    from srt_agent.engine.torch_engine import TorchEngine
+
+    if not isinstance(arm.engine, TorchEngine):
+        return {}
+    stats = arm.engine.stats()
+    out: dict[str, float | int | str] = {
+        f"{arm.name}_graph_shapes": stats.graph_shapes,
+        f"{arm.name}_graph_replays": stats.graph_replays,
+        f"{arm.name}_static_eager_steps": stats.static_eager_steps,
+        f"{arm.name}_decode_steps": stats.decode_steps,
+    }
+    if stats.graph_error is not None:
+        out[f"{arm.name}_graph_error"] = stats.graph_error
+    return out
 
 
 def _run_batch(arm: _Arm, config: RolloutBenchConfig, env_id: str, r: int) -> RoundResult:

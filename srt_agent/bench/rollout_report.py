@@ -23,6 +23,10 @@ def _ratio(reference: float, value: float) -> float:
     return round(reference / value, 3) if value > 0 else 0.0
 
 
+def _seconds_per_token(total: dict[str, float]) -> float:
+    return total["wall_s"] / total["tokens"] if total["tokens"] else 0.0
+
+
 def _env_key(env_id: str) -> str:
     return env_id.split("/")[-1].split("-")[0].lower()
 
@@ -48,6 +52,12 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     * ``useless_drafts_ratio``: random drafts (cache content disabled) vs off (the bar: >= 0.95).
     * ``cache_only_ratio``: the tree cache filled with every committed token but never asked for a
       draft vs off: what the cache's upkeep alone costs.
+    * ``graphs_speedup``: ``eager`` wall-clock / ``off`` wall-clock: what CUDA graphs and bfloat16
+      gain on plain decoding (> 1: faster; ~1 on a CPU).
+    * ``srt_throughput_ratio``, ``graphs_throughput_ratio``: the same two comparisons in generated
+      tokens per second (in bfloat16 a verify forward rounds differently from a decode step, so
+      configurations can sample different episodes of different lengths; this ratio does not
+      count that against them).
     * ``server_ratio``: the ``server`` configuration (a server at ``--url``, drafting on its side)
       vs the in-process ``off``; ``server_url`` names it.
     * ``hf_generate_ratio``, ``prompt_lookup_ratio``: the HF peers vs off on their first
@@ -59,6 +69,9 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       ``latency200_prediction_hit_rate``: tool-result predictions whose state the live episode reached.
     * ``<config>_wall_s``, ``<config>_tokens``, ``<config>_tokens_per_forward``,
       ``<config>_acceptance_rate``, ``<config>_success_rate`` for every configuration that ran.
+    * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
+      (``<config>_graph_replays`` and the others of
+      :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``).
     * The settings: ``model``, ``envs``, ``prompts``, ``samples``, ``rounds``, ``hf_rounds``,
       ``temperature``, ``max_new_tokens``, ``max_turns``, ``drift``, ``latency_s``, ``threads``,
       ``max_batch_size``, ``seed``.
@@ -103,6 +116,11 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             o = sum(r.metrics.wall_s for r in per if r.config == "off")
             s = sum(r.metrics.wall_s for r in per if r.config == "srt")
             out[f"srt_speedup_{_env_key(env)}"] = _ratio(o, s)
+    if "srt" in tot:
+        out["srt_throughput_ratio"] = _ratio(_seconds_per_token(off), _seconds_per_token(tot["srt"]))
+    if "eager" in tot:
+        out["graphs_speedup"] = _ratio(tot["eager"]["wall_s"], off["wall_s"])
+        out["graphs_throughput_ratio"] = _ratio(_seconds_per_token(tot["eager"]), _seconds_per_token(off))
     if "srt_no_runahead" in tot:
         out["srt_no_runahead_speedup"] = _ratio(off["wall_s"], tot["srt_no_runahead"]["wall_s"])
     if "useless" in tot:
@@ -236,8 +254,9 @@ def bench_rollout(
             soft_wrap=True,
         )
 
-    results = run_rollout_bench(config, on_round=progress)
-    record = headline(config, results)
+    figures: dict[str, float | int | str] = {}
+    results = run_rollout_bench(config, on_round=progress, engine_figures=figures)
+    record = {**headline(config, results), **figures}
     out.print(markdown_table(config, results), markup=False, soft_wrap=True)
     if plot_path is not None:
         out.print(write_plot(results, plot_path))

@@ -180,6 +180,33 @@ class KVCache:
         # Gathering with a tensor index copies first, so overlapping source/destination is safe.
         self.data[:, :, row, :, start : start + len(offsets)] = self.data[:, :, row, :, src]
 
+    def keep_many(self, keeps: Sequence[tuple[int, int, Sequence[int]]]) -> None:
+        """:meth:`keep` for several rows at once: one gather and one scatter for the whole step.
+
+        Args:
+            keeps: ``(row, start, offsets)`` per row, as :meth:`keep` takes them (distinct rows).
+
+        Raises:
+            ValueError: Some ``offsets`` are not strictly increasing non-negative indices.
+        """
+        rows: list[int] = []
+        dst: list[int] = []
+        src: list[int] = []
+        for row, start, offsets in keeps:
+            if any(b <= a for a, b in itertools.pairwise(offsets)) or (offsets and offsets[0] < 0):
+                raise ValueError(f"kept offsets must be strictly increasing and >= 0, got {list(offsets)}")
+            for i, o in enumerate(offsets):
+                if o != i:  # entries already in place need no copy
+                    rows.append(row)
+                    dst.append(start + i)
+                    src.append(start + o)
+        if not rows:
+            return
+        index = torch.tensor([rows, dst, src], dtype=torch.long).to(self.data.device, non_blocking=True)
+        r, d, s = index[0], index[1], index[2]
+        # The right side is gathered (copied) before the scatter, so overlapping entries are safe.
+        self.data[:, :, r, :, d] = self.data[:, :, r, :, s]
+
 
 def decode_bias(lengths: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
     """Attention bias of a one-token decode step: each row sees its first ``lengths[b]`` positions.
@@ -197,7 +224,13 @@ def decode_bias(lengths: torch.Tensor, length: int, dtype: torch.dtype) -> torch
     return bias.masked_fill_((cols[None, :] >= lengths[:, None])[:, None, None, :], float("-inf"))
 
 
-def causal_bias(prefix_lengths: Sequence[int], num_new: int, length: int, dtype: torch.dtype) -> torch.Tensor:
+def causal_bias(
+    prefix_lengths: Sequence[int],
+    num_new: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """Attention bias of ``num_new`` causal new tokens per row after per-row cached prefixes.
 
     Row ``b``'s token ``t`` (written at ``prefix[b] + t``) sees positions ``0 .. prefix[b] + t``.
@@ -209,16 +242,44 @@ def causal_bias(prefix_lengths: Sequence[int], num_new: int, length: int, dtype:
         num_new: ``T``, new tokens per row (padded).
         length: Columns ``L``.
         dtype: Bias dtype.
+        device: Where to build it (on a GPU the bias is made there: only the prefix lengths travel).
 
     Returns:
         ``(B, 1, T, L)`` bias.
     """
-    prefix = torch.tensor(list(prefix_lengths), dtype=torch.long)
-    cols = torch.arange(length)
-    last = prefix[:, None] + torch.arange(num_new)[None, :]  # (B, T): last visible column
+    prefix = torch.tensor(list(prefix_lengths), dtype=torch.long).to(device)
+    cols = torch.arange(length, device=device)
+    last = prefix[:, None] + torch.arange(num_new, device=device)[None, :]  # (B, T): last visible column
     blocked = cols[None, None, :] > last[:, :, None]  # (B, T, L)
-    bias = torch.zeros(blocked.shape, dtype=dtype).masked_fill_(blocked, float("-inf"))
+    bias = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, float("-inf"))
     return bias[:, None]
+
+
+def mask_bias(prefix: torch.Tensor, masks: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """Attention bias of token trees given as ancestor bitmasks, built on the tensors' device.
+
+    The device-side twin of :func:`tree_bias` (same rule, same padding convention): node ``t`` of
+    row ``b`` sits at cache position ``prefix[b] + t`` and sees the prefix and the tree positions
+    whose bits are set in ``masks[b, t]`` (itself and its ancestors). A plain decode step is the
+    tree of one node (mask 1). It makes no host sync, so it can run inside a CUDA graph.
+
+    Args:
+        prefix: ``(B,)`` int64 cached positions per row.
+        masks: ``(B, T)`` int64 ancestor bitmasks (bit ``j``: tree position ``j``), ``T <= 62``.
+        length: Columns ``L`` (at least ``max(prefix) + T``).
+        dtype: Bias dtype.
+
+    Returns:
+        ``(B, 1, T, L)``: 0 where attended, -inf elsewhere.
+    """
+    num_new = masks.shape[1]
+    rel = torch.arange(length, device=prefix.device)[None, :] - prefix[:, None]  # (B, L)
+    bit = rel.clamp(0, num_new - 1)
+    sees = torch.bitwise_and(torch.bitwise_right_shift(masks[:, :, None], bit[:, None, :]), 1)  # (B, T, L)
+    in_tree = ((rel >= 0) & (rel < num_new))[:, None, :]
+    visible = (rel < 0)[:, None, :] | ((sees != 0) & in_tree)
+    bias = torch.zeros(visible.shape, dtype=dtype, device=prefix.device)
+    return bias.masked_fill_(~visible, float("-inf"))[:, None]
 
 
 def tree_bias(

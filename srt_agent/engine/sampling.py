@@ -137,7 +137,7 @@ def processed_logprobs(logits: torch.Tensor, rows: RowParams) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None
+    logits: torch.Tensor, rows: RowParams, uniforms: torch.Tensor | None, *, host_sync: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw a token from each processed distribution by inverse CDF (argmax for greedy rows).
 
@@ -151,6 +151,9 @@ def sample(
         rows: Parameters of the ``B`` rows.
         uniforms: ``(B,)`` or ``(B, T)`` uniforms in ``[0, 1)`` (ignored for greedy rows; may be
             ``None`` when every row is greedy).
+        host_sync: Allow one device-to-host read (whether a rare rounding fix-up is needed, so
+            that only then its extra pass runs). ``False`` always runs the fix-up: no sync, as
+            inside a CUDA graph capture; the tokens are the same.
 
     Returns:
         ``(tokens, token logprobs)``, shaped like ``logits`` without ``V``: int64 tokens and their
@@ -167,7 +170,7 @@ def sample(
     # `right=True` the first cdf entry strictly above u is a token of non-zero probability.
     drawn = torch.searchsorted(cdf, (uniforms.to(cdf.dtype) * total)[..., None], right=True)[..., 0]
     over = drawn >= x.shape[-1]
-    if bool(over.any()):
+    if not host_sync or bool(over.any()):
         # u * total rounded up to total: take the last token of non-zero probability (the first
         # index where the cdf reaches its total). Rare, so only those rows pay the extra pass.
         drawn = torch.where(over, (cdf < total[..., None]).sum(dim=-1), drawn)

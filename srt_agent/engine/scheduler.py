@@ -29,6 +29,7 @@ from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
 from srt_agent.engine.speculation.speculator import Emitted, Speculator, sync
 from srt_agent.engine.speculation.stats import SpecCounters
+from srt_agent.engine.step_graphs import StepGraphs
 
 __all__ = ["Detokenizer", "Scheduler", "SequenceState"]
 
@@ -50,6 +51,7 @@ class Scheduler:
         counters: Speculation metrics (tokens and forwards are counted with or without drafts).
         prefix_store: Parked keys/values of ended sequences, reused by prompts sharing their prefix
             (``None``: every prompt is prefilled whole).
+        graphs: Static-shape steps (CUDA graphs) for decode forwards; ``None``: eager forwards.
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class Scheduler:
         speculator: Speculator | None = None,
         counters: SpecCounters | None = None,
         prefix_store: PrefixStore | None = None,
+        graphs: StepGraphs | None = None,
     ) -> None:
         self.model = model
+        self.graphs = graphs
         self.cache = cache
         self.max_batch = max_batch
         self.tokenizer = tokenizer
@@ -132,7 +136,7 @@ class Scheduler:
         for wave in (first, followers):
             for seq in wave:
                 seq.reuse = self.prefix.lookup(seq.request.prompt_ids)
-            for group in _prefill_groups(wave, self.prefill_tokens):
+            for group in _prefill_groups(wave, self.prefill_tokens, self.cache.max_positions):
                 self._prefill(group)
         if self.rows:
             self._decode()
@@ -229,7 +233,7 @@ class Scheduler:
                 ids[i, : new[i]] = torch.tensor(s.request.prompt_ids[reused[i] :], dtype=torch.long)
             start = torch.tensor(reused, device=device)[:, None]
             positions = start + torch.arange(t, device=device)[None, :]  # (k, T)
-            bias = causal_bias(reused, t, length, self.model.dtype).to(device)  # (k, 1, T, L)
+            bias = causal_bias(reused, t, length, self.model.dtype, device)  # (k, 1, T, L)
             last = torch.tensor(new, device=device) - 1
             logits = self.model.forward(
                 ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
@@ -281,6 +285,8 @@ class Scheduler:
 
     def _plain_decode(self) -> list[Emitted]:
         """One token per row: the classic decode forward."""
+        if self.graphs is not None and self.graphs.fits(len(self.rows), 1):
+            return self._static_decode(self.graphs)
         device = self.model.device
         b = len(self.rows)
         start = time.perf_counter()
@@ -299,12 +305,29 @@ class Scheduler:
         self.counters.add_time(forward=time.perf_counter() - start)
         return out
 
+    def _static_decode(self, graphs: StepGraphs) -> list[Emitted]:
+        """One token per row through a static-shape step (a CUDA graph replay on a GPU)."""
+        start = time.perf_counter()
+        rows = self.rows
+        params = [s.request.params for s in rows]
+        uniforms = (
+            [[s.next_uniform() if p.temperature > 0 else 0.0] for s, p in zip(rows, params, strict=True)]
+            if any(p.temperature > 0 for p in params)
+            else None
+        )
+        draws = graphs.run([[s.tokens[-1]] for s in rows], [s.cached for s in rows], None, uniforms, params)
+        out = [Emitted([t[0]], [lp[0]]) for t, lp in zip(draws.tokens, draws.logprobs, strict=True)]
+        self.counters.add_time(forward=time.perf_counter() - start)
+        return out
+
     def _finish_step(self, row_start: int, emitted: Sequence[Emitted], *, prefill: bool = False) -> None:
         """Commit each row's tokens (up to a stop), free finished rows, then deliver them."""
         done: list[int] = []
         results: list[_Result] = []
         reports: list[tuple[SequenceState, list[int]]] = []
         committed = runahead = 0
+        keeps: list[tuple[int, int, Sequence[int]]] = []
+        ended: list[tuple[SequenceState, int, int, Emitted]] = []
         for i, em in enumerate(emitted):
             row = row_start + i
             seq = self.rows[row]
@@ -316,16 +339,20 @@ class Scheduler:
                 runahead += len(new)
             if self.speculator is not None:
                 reports.append((seq, new))
+            if em.kept is not None:
+                # Keep the root and the accepted nodes, contiguous (the last emitted token is not
+                # in the cache yet, as after a plain decode step): for a row that goes on, and
+                # for one that ended, whose row is parked below.
+                keeps.append((row, prefix, em.kept))
             if finished:
                 done.append(row)
-                # Park what the row holds for a later prompt that shares the prefix (the episode's
-                # next turn): the positions before this step, plus what this step wrote for tokens
-                # the sequence kept, so the next turn does not prefill them again.
-                self._park(seq, row, self._valid_after(seq, row, prefix, em, prefill))
-            elif em.kept is not None:
-                # The row goes on: keep the root and the accepted nodes, contiguous (the last
-                # emitted token is not in the cache yet, as after a plain decode step).
-                self.cache.keep(row, prefix, em.kept)
+                ended.append((seq, row, prefix, em))
+        self.cache.keep_many(keeps)  # every row's compaction in one gather and one scatter
+        for seq, row, prefix, em in ended:
+            # Park what the row holds for a later prompt that shares the prefix (the episode's
+            # next turn): the positions before this step, plus what this step wrote for tokens
+            # the sequence kept, so the next turn does not prefill them again.
+            self._park(seq, row, self._valid_after(seq, prefix, em, prefill))
         if self.speculator is not None:  # one call for every row's tokens
             self.speculator.report_many(reports)
         self.counters.add(tokens=committed, runahead_tokens=runahead, row_steps=len(emitted))
@@ -334,18 +361,17 @@ class Scheduler:
         for seq, reason, stop, error in results:
             self._deliver(seq, reason, stop=stop, error=error)
 
-    def _valid_after(self, seq: SequenceState, row: int, prefix: int, em: Emitted, prefill: bool) -> int:
+    def _valid_after(self, seq: SequenceState, prefix: int, em: Emitted, prefill: bool) -> int:
         """Cache positions of a finished row that hold its tokens after this step (made contiguous).
 
         A prefill step wrote the prompt only (``prefix``); a decode step also wrote the last token
-        before the step; a verify step wrote the root and the accepted nodes (compacted here). The
-        sequence may have stopped inside the accepted path, so the count is capped by its length.
+        before the step; a verify step wrote the root and the accepted nodes (compacted by then).
+        The sequence may have stopped inside the accepted path, so the count is capped by its length.
         """
         if prefill:
             return prefix
         if em.kept is None:
             return prefix + 1
-        self.cache.keep(row, prefix, em.kept)
         return min(prefix + len(em.kept), len(seq.request.prompt_ids) + len(seq.tokens))
 
     def _commit(self, seq: SequenceState, em: Emitted, results: list[_Result]) -> bool:
@@ -392,20 +418,26 @@ class Scheduler:
             self._row_params = None
 
 
-def _prefill_groups(seqs: list[SequenceState], budget: int) -> list[list[SequenceState]]:
+def _prefill_groups(seqs: list[SequenceState], budget: int, span: int) -> list[list[SequenceState]]:
     """Split admitted sequences into prefill forwards of at most ``budget`` padded tokens.
 
     Sorting by the tokens to prefill (the prompt less a reused prefix) keeps the padding small; a
-    prompt longer than the budget goes alone.
+    prompt longer than the budget goes alone. A forward writes every row at its reused length plus
+    ``0 .. T-1`` (padding included) for the group's longest new part ``T``, so a group also stays
+    within ``span`` cache positions: its longest reused prefix plus ``T`` (a sequence alone
+    always fits, its prompt being within the context).
     """
     groups: list[list[SequenceState]] = []
     current: list[SequenceState] = []
+    reused = 0  # the longest reused prefix in `current`
     for seq in sorted(seqs, key=_new_tokens):
         n = _new_tokens(seq)
-        if current and (len(current) + 1) * n > budget:
+        mine = seq.reuse.length if seq.reuse is not None else 0
+        if current and ((len(current) + 1) * n > budget or max(reused, mine) + n > span):
             groups.append(current)
-            current = []
+            current, reused = [], 0
         current.append(seq)
+        reused = max(reused, mine)
     if current:
         groups.append(current)
     return groups

@@ -38,6 +38,7 @@ from srt_agent.engine.sequence import load_tokenizer
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
 from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
+from srt_agent.engine.step_graphs import StepGraphs, bucket
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,11 @@ class EngineStats:
         in_flight: Requests submitted and not yet answered.
         prefix_hits: Prefills that reused a parked prefix (see :mod:`srt_agent.engine.prefix_cache`).
         prefix_tokens_reused: Prompt tokens copied from parked prefixes instead of recomputed.
+        graph_shapes: Step shapes captured as CUDA graphs.
+        graph_replays: Decode and verify steps run by replaying a CUDA graph.
+        static_eager_steps: Static-shape steps run eagerly (``cuda_graphs`` on a CPU, or after a
+            failed capture).
+        graph_error: Why capturing was turned off, if a capture failed.
     """
 
     decode_steps: int
@@ -70,6 +76,20 @@ class EngineStats:
     in_flight: int
     prefix_hits: int = 0
     prefix_tokens_reused: int = 0
+    graph_shapes: int = 0
+    graph_replays: int = 0
+    static_eager_steps: int = 0
+    graph_error: str | None = None
+
+
+def default_dtype(device: torch.device | str) -> torch.dtype:
+    """The engine's default dtype on ``device``: bfloat16 on a GPU, float32 elsewhere.
+
+    On a GPU, bfloat16 halves the bytes every decode step reads (weights and KV cache) and uses the
+    tensor cores; the sampled distribution is the bfloat16 model's, and its logprobs are what the
+    engine records (the learner's ratio starts from them). CPUs lack fast bfloat16 matmuls.
+    """
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
 @dataclass(frozen=True)
@@ -98,7 +118,8 @@ class TorchEngine:
         tokenizer: Tokenizer for stop strings; by default loaded from ``model_dir`` if present.
         max_context: Longest prompt + generation; defaults to ``max_position_embeddings``.
         max_batch_size: Most sequences decoding at once (more requests wait for a free row).
-        dtype: Weights, cache and compute dtype.
+        dtype: Weights, cache and compute dtype; by default bfloat16 on a GPU, float32 on a CPU
+            (:func:`default_dtype`). Sampling and logprobs are computed in float32 either way.
         device: ``cpu`` or a CUDA device.
         num_threads: If given, ``torch.set_num_threads`` (process-wide) for CPU kernels.
         seed: Seeds the engine's generator, which draws seeds for requests that set none.
@@ -111,6 +132,10 @@ class TorchEngine:
         prefix_cache_bytes: Budget for keys/values of ended sequences kept so that later prompts
             sharing their prefix (the next turn of an episode, a sibling sample) prefill only the
             rest; cleared on :meth:`update_weights`. 0 disables it.
+        cuda_graphs: Run decode and verify forwards in static shapes captured as CUDA graphs
+            (:mod:`srt_agent.engine.step_graphs`); the KV cache is then allocated at its full size
+            up front. ``None``: on for a CUDA device, off on a CPU. ``True`` on a CPU runs the same
+            static steps without capture (how the tests check that path).
 
     Raises:
         CheckpointError: The directory is missing, not a supported causal LM, or inconsistent.
@@ -123,7 +148,7 @@ class TorchEngine:
         tokenizer: Detokenizer | None = None,
         max_context: int | None = None,
         max_batch_size: int = 32,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         device: torch.device | str = "cpu",
         num_threads: int | None = None,
         seed: int | None = None,
@@ -131,9 +156,12 @@ class TorchEngine:
         draft_source: DraftSourceProtocol | None = None,
         spec: SpecConfig | None = None,
         prefix_cache_bytes: int = 256 * 2**20,
+        cuda_graphs: bool | None = None,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
+        device = torch.device(device)
+        dtype = dtype if dtype is not None else default_dtype(device)
         self.config: ModelConfig = read_config(model_dir)
         self._max_context = max_context or self.config.max_position_embeddings
         if self._max_context < 2:
@@ -150,21 +178,33 @@ class TorchEngine:
         )
         c = self.config
         self.spec = spec if spec is not None else SpecConfig()
+        drafting = draft_source is not None and self.spec.enabled
+        static = cuda_graphs if cuda_graphs is not None else device.type == "cuda"
         # A verify forward writes up to max_draft_tokens positions past a row's last real one
-        # (padding of shorter trees included), so the cache has that much slack past the context.
-        slack = self.spec.max_draft_tokens if draft_source is not None and self.spec.enabled else 0
+        # (padding of shorter trees included), so the cache has that much slack past the context;
+        # static steps pad trees to a power of two, and rows too (padding rows use spare rows).
+        width = 1 + self.spec.max_draft_tokens if drafting else 1
+        slack = bucket(width) if static else width - 1
+        rows = bucket(max_batch_size) if static else max_batch_size
+        positions = self._max_context + slack
         cache = KVCache(
             c.num_layers,
             c.num_kv_heads,
             c.head_dim,
-            max_batch_size,
-            self._max_context + slack,
+            rows,
+            positions,
             dtype=dtype,
             device=device,
+            # Static steps read the cache in place: all of it, once, never grown or moved.
+            initial_rows=rows if static else 1,
+            initial_positions=positions if static else 256,
+        )
+        self.graphs = (
+            StepGraphs(self.model, cache, max_width=width, capture=device.type == "cuda") if static else None
         )
         self._counters = SpecCounters()
         speculator = (
-            Speculator(self.model, cache, draft_source, self.spec, self._counters)
+            Speculator(self.model, cache, draft_source, self.spec, self._counters, self.graphs)
             if draft_source is not None
             else None
         )
@@ -177,6 +217,7 @@ class TorchEngine:
             speculator=speculator,
             counters=self._counters,
             prefix_store=PrefixStore(prefix_cache_bytes),
+            graphs=self.graphs,
         )
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # guards _rng, _inflight, _closed, _thread
@@ -192,7 +233,7 @@ class TorchEngine:
 
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters (approximate while the worker is stepping)."""
-        sch = self._scheduler
+        sch, graphs = self._scheduler, self.graphs
         with self._lock:
             in_flight = len(self._inflight)
         return EngineStats(
@@ -205,6 +246,10 @@ class TorchEngine:
             in_flight=in_flight,
             prefix_hits=sch.prefix.hits,
             prefix_tokens_reused=sch.prefix.reused_tokens,
+            graph_shapes=graphs.captures if graphs is not None else 0,
+            graph_replays=graphs.replays if graphs is not None else 0,
+            static_eager_steps=graphs.eager_steps if graphs is not None else 0,
+            graph_error=graphs.capture_error if graphs is not None else None,
         )
 
     def spec_stats(self, reset: bool = False) -> SpecStats:
@@ -299,6 +344,8 @@ class TorchEngine:
             self._inbox.put(_STOP)
             thread.join()
         self._scheduler.abort_all("engine closed")
+        if self.graphs is not None:
+            self.graphs.release()  # before the cache they point into
         self._scheduler.cache.data = torch.empty(0)
 
     def __enter__(self) -> TorchEngine:

@@ -20,6 +20,7 @@ from rich.text import Text
 from srt_agent.chat_format import ChatFormat
 from srt_agent.console import make_console
 from srt_agent.contracts.generation import Engine
+from srt_agent.devices import resolve_device
 from srt_agent.distributed.config import RayConfig
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
@@ -83,6 +84,7 @@ def run_eval(
     spec: bool = True,
     engine: EngineConfig | None = None,
     ray: RayConfig | None = None,
+    device: str = "cpu",
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -107,6 +109,7 @@ def run_eval(
         engine: For a model directory, which engine: in-process (default), or a server
             (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
         ray: For a model directory, roll out on a Ray cluster (engine replicas, env workers).
+        device: For a model directory, where the in-process engine runs (``cpu``, ``cuda``, ``auto``).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -129,7 +132,7 @@ def run_eval(
     used_spec: bool | None
     used: Engine
     if isinstance(model, str | Path):
-        runtime = _load(model, config, spec, progress, engine, ray)
+        runtime = _load(model, config, spec, progress, engine, ray, device)
         used, scheduler = runtime.engine, runtime.scheduler
         name, owned = str(model), True
         remote = engine is not None and engine.kind == "sglang"
@@ -170,14 +173,18 @@ def _load(
     progress: ProgressCallback | None,
     engine: EngineConfig | None,
     ray: RayConfig | None = None,
+    device: str = "cpu",
 ) -> Runtime:
     """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
     path = Path(model_dir)
     if not path.is_dir():
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
+    where = resolve_device(device)  # a ValueError naming the device: bad arguments, not a bad model
     try:
         cache = TreeCache() if spec and (engine is None or engine.kind == "torch") else None
-        return build_runtime(path, config, draft_source=cache, progress=progress, engine=engine, ray=ray)
+        return build_runtime(
+            path, config, draft_source=cache, progress=progress, engine=engine, ray=ray, device=where
+        )
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
 

@@ -14,6 +14,7 @@ samples varied phrasings at temperature 1: see :data:`DEFAULT_DEMOS` and :class:
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -116,12 +117,24 @@ PRESETS: dict[str, BuildConfig] = {
         # ~40% more demonstration tokens than the default: steps grow to keep ~2 passes (~6 min).
         sft=SFTConfig(steps=3500, batch_tokens=2100, lr=3e-3, warmup_steps=100),
     ),
+    "gpu": BuildConfig(
+        demos=TOOL_CHOICE_DEMOS,
+        vocab_size=2048,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        intermediate_size=2048,
+        sft=SFTConfig(steps=1200, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
+        threads=min(16, os.cpu_count() or 2),
+    ),
 }
 """Named builds. ``embedded`` is the default model. ``tool-choice`` is warm-started by two
 demonstrators on Calculator, one that calls the calculator for every step and one that does the
 arithmetic in its text (:class:`~srt_agent.envs.calculator.MentalOracle`). The small model cannot
 imitate the second, so *when to use the tool* is a lesson with a clear reward signal, left for RL:
-the RL quickstart trains this one."""
+the RL quickstart trains this one. ``gpu`` is the same lesson at GPU size: ~87M parameters (768
+wide, 12 layers), 1,200 SFT steps of 12k tokens on a CUDA device (~2 minutes on one H100), the
+model whose GPU steps show what speculation does there (the embedded one is all host time on a GPU)."""
 
 
 def preset_config(name: str) -> BuildConfig:

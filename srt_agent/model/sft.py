@@ -274,6 +274,10 @@ def train(
     """
     rng = np.random.default_rng(cfg.seed)
     device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        # TF32 matmuls on a GPU (float32 weights and optimizer state; ~3x the matmul rate of strict
+        # float32). CPU builds are untouched and stay bit-reproducible per seed and threads.
+        torch.backends.cuda.matmul.allow_tf32 = True
     torch.nn.Module.to(model, device)  # (transformers types PreTrainedModel.to too narrowly)
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, cfg))

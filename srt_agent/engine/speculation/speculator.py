@@ -34,6 +34,7 @@ from srt_agent.engine.speculation.budget import CostModel
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.speculation.verify import TreeWalk
+from srt_agent.engine.step_graphs import StepGraphs
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def time_forwards(model: CausalLM, sizes: Sequence[int], repeats: int = 3) -> li
     for n in sizes:
         ids = torch.zeros((1, n), dtype=torch.long, device=model.device)
         positions = torch.arange(n, device=model.device)[None]  # (1, n)
-        bias = causal_bias([0], n, n, model.dtype).to(model.device)
+        bias = causal_bias([0], n, n, model.dtype, model.device)
         best = float("inf")
         for _ in range(repeats):
             sync(model.device)
@@ -110,6 +111,8 @@ class Speculator:
         source: The draft source.
         config: Speculation options.
         counters: Where metrics go.
+        graphs: Static-shape steps (CUDA graphs) for verify forwards that fit them; ``None``:
+            every verify forward runs eagerly.
     """
 
     def __init__(
@@ -119,8 +122,10 @@ class Speculator:
         source: DraftSourceProtocol,
         config: SpecConfig,
         counters: SpecCounters,
+        graphs: StepGraphs | None = None,
     ) -> None:
         self.model = model
+        self.graphs = graphs
         self.cache = cache
         self.source = source
         self.config = config
@@ -269,14 +274,64 @@ class Speculator:
         Returns:
             Per row, what it emits.
         """
-        device = self.model.device
         start = time.perf_counter()
         width = 1 + max(len(d) for d in drafts)
+        # Tree position 0 is the root (the last committed token); draft node j is position j + 1.
+        parents = [[-1] + [p + 1 if p >= 0 else 0 for p in d.parents] for d in drafts]
+        sampled = not params.all_greedy
+        # Per row the uniforms of its next `width` tokens: the token at depth d of the accepted
+        # path is drawn with the d-th, the uniform plain decoding would have used for it.
+        table = [
+            s.peek_uniforms(width) if sampled and s.request.params.temperature > 0 else [0.0] * width
+            for s in rows
+        ]
+        walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
+        if self.graphs is not None and self.graphs.fits(len(rows), width):
+            draws = self.graphs.run(
+                [[s.tokens[-1], *d.token_ids] for s, d in zip(rows, drafts, strict=True)],
+                [s.cached for s in rows],
+                parents,
+                table if sampled else None,
+                [s.request.params for s in rows],
+            )
+            forwarded = time.perf_counter()  # one static step: forward and draws together
+            logprob_rows = _walk_drawn(walks, draws.tokens, draws.logprobs)
+        else:
+            hidden = self._tree_forward(rows, drafts, parents, width)
+            forwarded = time.perf_counter()
+            draw = self._draw_all if self._draws_all(self.model.device) else self._draw_walk
+            logprob_rows = draw(
+                _DrawInputs(hidden, width, walks, params, table if sampled else None, parents)
+            )
+        emitted: list[Emitted] = []
+        accepted: list[tuple[int, ...]] = []
+        for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
+            verdict = walk.verdict()
+            if seq.request.params.temperature > 0:
+                seq.skip_uniforms(len(verdict.tokens))
+            kept = [0, *(j + 1 for j in verdict.accepted)]
+            emitted.append(Emitted(list(verdict.tokens), lps, kept if len(kept) > 1 else None))
+            accepted.append(verdict.accepted)
+            if draft:
+                runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])
+                self.counters.add_verified(draft.source, len(draft), len(verdict.accepted), runahead)
+        self.cost.observe_verify(drafts, accepted, [s.request.draft_group for s in rows])
+        self.counters.add(verify_forwards=1)
+        self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
+        return emitted
+
+    def _tree_forward(
+        self,
+        rows: Sequence[SequenceState],
+        drafts: Sequence[DraftTree],
+        parents: list[list[int]],
+        width: int,
+    ) -> torch.Tensor:
+        """The eager verify forward: hidden states ``(B * width, E)`` of every row's tree."""
+        device = self.model.device
         prefix = [s.cached for s in rows]
         length = max(prefix) + width
         self.cache.reserve(len(rows), length)
-        # Tree position 0 is the root (the last committed token); draft node j is position j + 1.
-        parents = [[-1] + [p + 1 if p >= 0 else 0 for p in d.parents] for d in drafts]
         ids = torch.tensor(
             [
                 [s.tokens[-1], *d.token_ids] + [0] * (width - 1 - len(d))
@@ -296,33 +351,7 @@ class Speculator:
             hidden_only=True,
         ).view(len(rows) * width, -1)  # (B * T, E)
         sync(device)
-        forwarded = time.perf_counter()
-        sampled = not params.all_greedy
-        # Per row the uniforms of its next `width` tokens: the token at depth d of the accepted
-        # path is drawn with the d-th, the uniform plain decoding would have used for it.
-        table = [
-            s.peek_uniforms(width) if sampled and s.request.params.temperature > 0 else [0.0] * width
-            for s in rows
-        ]
-        walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
-        draw = self._draw_all if self._draws_all(device) else self._draw_walk
-        logprob_rows = draw(_DrawInputs(hidden, width, walks, params, table if sampled else None, parents))
-        emitted: list[Emitted] = []
-        accepted: list[tuple[int, ...]] = []
-        for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
-            verdict = walk.verdict()
-            if seq.request.params.temperature > 0:
-                seq.skip_uniforms(len(verdict.tokens))
-            kept = [0, *(j + 1 for j in verdict.accepted)]
-            emitted.append(Emitted(list(verdict.tokens), lps, kept if len(kept) > 1 else None))
-            accepted.append(verdict.accepted)
-            if draft:
-                runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])
-                self.counters.add_verified(draft.source, len(draft), len(verdict.accepted), runahead)
-        self.cost.observe_verify(drafts, accepted, [s.request.draft_group for s in rows])
-        self.counters.add(verify_forwards=1)
-        self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
-        return emitted
+        return hidden
 
     def _draws_all(self, device: torch.device) -> bool:
         if self.config.draws == "auto":
@@ -373,17 +402,27 @@ class Speculator:
             )
         logits = self.model.head(step.hidden).view(len(step.walks), step.width, -1)
         tokens, logprobs = sample(logits, step.params, uniforms)
-        token_rows, logprob_all = tokens.tolist(), logprobs.tolist()
-        logprob_rows: list[list[float]] = []
-        for walk, drawn, lps in zip(step.walks, token_rows, logprob_all, strict=True):
-            row: list[float] = []
-            while True:
-                position = walk.position
-                row.append(lps[position])
-                if not walk.advance(drawn[position]):
-                    break
-            logprob_rows.append(row)
-        return logprob_rows
+        return _walk_drawn(step.walks, tokens.tolist(), logprobs.tolist())
+
+
+def _walk_drawn(
+    walks: Sequence[TreeWalk], tokens: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]]
+) -> list[list[float]]:
+    """Advance each row's walk with the tokens drawn at every tree position; the emitted logprobs.
+
+    Draws off the accepted path are discarded (they were made with the uniforms the walk would
+    use there, so the walk emits what drawing depth by depth would).
+    """
+    logprob_rows: list[list[float]] = []
+    for walk, drawn, lps in zip(walks, tokens, logprobs, strict=True):
+        row: list[float] = []
+        while True:
+            position = walk.position
+            row.append(lps[position])
+            if not walk.advance(drawn[position]):
+                break
+        logprob_rows.append(row)
+    return logprob_rows
 
 
 @dataclass

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Every GPU check in one go, most important first, each under a time limit taken from one budget:
+#   1. build the gpu preset (background) while the CUDA tests run (`pytest -m gpu` + static steps);
+#   2. bench rollout, default workload (8 tasks x 4 samples per env, batch 32): off, eager, srt, useless;
+#   3. GRPO training on the GPU (configs/gpu.yaml);
+#   4. bench rollout at an RL batch (16 x 8 per env, batch 128): off, srt;
+#   5. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager).
+# A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
+#
+# Usage, from the repository root of a CUDA machine with srt-agent importable:
+#   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]
+# Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,train,bench128,engine}.json.
+# MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
+# for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ...").
+set -uo pipefail
+out=${1:?usage: gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]}
+budget=${2:-560}
+train_steps=${3:-30}
+device=${DEVICE:-cuda}
+model=${MODEL:-runs/gpu-model}
+py=${PYTHON:-python3}
+shape=${SHAPE:-qwen2.5-0.5b}
+# Extra arguments of every bench rollout (a dry run shrinks the workload with them).
+read -r -a bench_args <<<"${BENCH_ARGS:-}"
+mkdir -p "$out"
+log="$out/log.txt"
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+
+# stage NAME LIMIT_S CMD...: run CMD under min(LIMIT_S, what is left), appending its output to the log.
+stage() {
+    local name=$1 limit=$2 remaining t0 rc
+    shift 2
+    remaining=$(left)
+    if ((remaining < 15)); then
+        echo "=== $name: skipped, ${remaining}s left" | tee -a "$log"
+        return
+    fi
+    ((limit > remaining)) && limit=$remaining
+    echo "=== $name (limit ${limit}s, $(date +%T))" | tee -a "$log"
+    t0=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    echo "=== $name: rc=$rc in $(($(date +%s) - t0))s" | tee -a "$log"
+}
+
+{
+    echo "gpu_check $(date -u +%FT%TZ) device=$device budget=${budget}s"
+    $py -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name())"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+} >>"$log" 2>&1
+
+cli=("$py" -m srt_agent.cli)
+build_pid=""
+if [[ -z ${MODEL:-} ]]; then
+    echo "=== build: background ($(date +%T))" | tee -a "$log"
+    PYTHONUNBUFFERED=1 timeout "$budget" "${cli[@]}" build-model --preset gpu --out "$model" \
+        --json "$out/build.json" >"$out/build.log" 2>&1 &
+    build_pid=$!
+fi
+if [[ $device == cuda ]]; then
+    stage tests 170 "$py" -m pytest -q -m "gpu or not gpu" -p no:cacheprovider \
+        tests/test_gpu_engine.py tests/test_engine_static_steps.py
+fi
+if [[ -n $build_pid ]]; then
+    wait "$build_pid"
+    echo "=== build: rc=$? at $(date +%T)" | tee -a "$log"
+    tail -n 25 "$out/build.log" >>"$log"
+    rm -f "$out/build.log"  # (its tail is in the log: fewer files to bring back)
+fi
+
+stage bench32 170 "${cli[@]}" bench rollout --model "$model" --device "$device" \
+    --configs off,eager,srt,useless --json "$out/bench32.json" "${bench_args[@]}"
+stage train 190 "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
+    "trainer.steps=$train_steps" trainer.out_dir=runs/gpu-check-train --json "$out/train.json"
+stage bench128 120 "${cli[@]}" bench rollout --model "$model" --device "$device" \
+    --prompts 16 --samples 8 --batch 128 --rounds 3 --configs off,srt --json "$out/bench128.json" "${bench_args[@]}"
+stage engine 90 "${cli[@]}" bench engine --shape "$shape" --device "$device" --batch-sizes 1,64 \
+    --no-hf --json "$out/engine.json"
+echo "gpu_check done in $(($(date +%s) - start))s" | tee -a "$log"

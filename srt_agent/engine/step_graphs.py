@@ -1,0 +1,330 @@
+"""Decode and verify forwards in static shapes, replayed as CUDA graphs.
+
+On a GPU, a decode step of a small model is bound by the host: one forward launches a few hundred
+kernels, each costing microseconds of Python and driver time, while its arithmetic takes a fraction
+of that. :class:`StepGraphs` runs every decode and verify forward of the engine in a small set of
+static shapes and captures each shape once as a CUDA graph. A step then costs one host-to-device
+copy of its inputs per dtype, one graph launch, and one device-to-host copy of the drawn tokens and
+their logprobs: the step's only sync.
+
+**Shapes.** Rows are padded to a power of two (``Bb``), tree positions per row to a power of two
+(``Tb``; 1 for a plain decode step) and the attention span to a power of two (``L``, at least
+:data:`MIN_SPAN`, at most the cache's length). A shape is captured the first time it is met,
+together with the batch's sampling flags (which choose the sampling ops); the number of graphs is
+therefore small (log-many per dimension) and bounded.
+
+**Static addressing.** The graphs read and write the KV cache in place, so the cache is allocated at
+its full size once and never grown or moved (see :class:`~srt_agent.engine.kv_cache.KVCache`), and
+weight updates copy into the model's existing tensors (:meth:`CausalLM.load`): every captured
+address stays valid, so graphs survive weight updates. Inputs live in two device buffers (integers
+and floats) that every graph reads through views at fixed offsets; the host fills a pinned twin of
+each and copies it over without blocking.
+
+**In the graph** (no host sync anywhere): RoPE positions (cached length + node depth), cache write
+positions, the tree attention bias from each node's ancestor bitmask
+(:func:`~srt_agent.engine.kv_cache.mask_bias`), the forward over all positions, the LM head, and a
+draw at every position with the uniform of that position's depth in the row's stream: exactly the
+draws of ``spec.draws='all'``, so a row gets the same tokens as on the eager path. Padding rows and
+positions are causal chains whose draws are discarded; padding rows write only into cache rows that
+no sequence holds, padding positions only past a row's tree (stale positions, free by contract).
+
+With ``capture=False`` the same static-shape steps run eagerly: that is how the CPU tests check this
+path against the engine's plain one, and the fallback when a capture fails on a device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from srt_agent.contracts.generation import SamplingParams
+from srt_agent.engine.kv_cache import KVCache, mask_bias
+from srt_agent.engine.llama import CausalLM
+from srt_agent.engine.sampling import RowParams, sample
+
+log = logging.getLogger(__name__)
+
+MIN_SPAN = 256
+"""Smallest attention span of a graph (shorter contexts share it: fewer shapes, negligible cost)."""
+
+MAX_WIDTH = 32
+"""Widest tree (root included) a graph takes; wider steps run on the engine's eager path."""
+
+_Flags = tuple[bool, bool, bool, bool]  # all_greedy, any_greedy, scaled, any_filter
+_Key = tuple[int, int, int, _Flags]  # rows, width, span, sampling flags
+
+
+def bucket(n: int, floor: int = 1) -> int:
+    """The smallest power of two ``>= max(n, floor)``."""
+    n = max(n, floor, 1)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class StepDraws:
+    """What a static step drew: per row, the token and its logprob at each of its tree positions.
+
+    Attributes:
+        tokens: ``tokens[b][j]``: the token drawn from the distribution after position ``j`` of row
+            ``b`` (its root is position 0).
+        logprobs: Their logprobs under the row's processed distribution.
+    """
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+
+
+@dataclass
+class _Graph:
+    """One captured shape: its replay (or eager) function and where its output lands."""
+
+    run: Callable[[], torch.Tensor]
+    graph: torch.cuda.CUDAGraph | None = None
+    out: torch.Tensor | None = None  # (2, Bb, Tb) float64, the captured output (graphs only)
+
+
+class StepGraphs:
+    """Static-shape decode and verify steps over the engine's model and (full-size) KV cache.
+
+    Args:
+        model: The target model.
+        cache: The engine's KV cache, allocated at its full size (``rows == max_rows`` and
+            ``positions == max_positions``); rows past the running ones are padding's scratch.
+        max_width: Widest tree a step will ask for (root included; rounded up to a power of two
+            and capped at :data:`MAX_WIDTH`); the cache needs that many positions of slack.
+        capture: Capture CUDA graphs (on a CUDA device); ``False`` runs the same steps eagerly.
+
+    Raises:
+        ValueError: The cache is not at its full size, or ``capture`` off a CUDA device.
+    """
+
+    def __init__(self, model: CausalLM, cache: KVCache, *, max_width: int, capture: bool) -> None:
+        if cache.rows != cache.max_rows or cache.positions != cache.max_positions:
+            raise ValueError("static steps need the KV cache allocated at its full size (never moved)")
+        device = model.device
+        if capture and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+        self.model = model
+        self.cache = cache
+        self.capture = capture
+        self.max_rows = cache.rows
+        self.max_width = min(bucket(max_width), MAX_WIDTH)
+        self.max_span = cache.positions
+        n = self.max_rows * self.max_width
+        pinned = device.type == "cuda"
+        # Layout per shape (Bb, Tb), n = Bb * Tb: ints = ids, masks, depths (n each), then prefix,
+        # top_k, greedy (Bb each); floats = uniforms (n), then temperature, top_p (Bb each).
+        self._ints_host = torch.zeros(3 * n + 3 * self.max_rows, dtype=torch.long, pin_memory=pinned)
+        self._floats_host = torch.zeros(n + 2 * self.max_rows, dtype=torch.float32, pin_memory=pinned)
+        self._ints = torch.zeros_like(self._ints_host, device=device)
+        self._floats = torch.zeros_like(self._floats_host, device=device)
+        self._graphs: dict[_Key, _Graph] = {}
+        self._pool = torch.cuda.graph_pool_handle() if capture else None
+        self._stream: torch.cuda.Stream | None = None  # where graphs are captured (made on first use)
+        self.captures = 0  # graphs captured
+        self.replays = 0  # steps run through a captured graph
+        self.eager_steps = 0  # static steps run eagerly (capture off, or it failed)
+        self.capture_error: str | None = None  # why capturing was turned off, if it was
+
+    def release(self) -> None:
+        """Drop every captured graph and its memory (the engine is closing)."""
+        self._graphs.clear()
+
+    def fits(self, rows: int, width: int) -> bool:
+        """Whether a step of ``rows`` rows and trees of ``width`` positions can run here."""
+        return rows <= self.max_rows and width <= self.max_width
+
+    def run(
+        self,
+        ids: Sequence[Sequence[int]],
+        prefix: Sequence[int],
+        parents: Sequence[Sequence[int]] | None,
+        uniforms: Sequence[Sequence[float]] | None,
+        params: Sequence[SamplingParams],
+    ) -> StepDraws:
+        """Run one decode or verify forward over rows ``0 .. B-1`` and draw at every position.
+
+        Args:
+            ids: Per row, its tree's tokens: the root (the last committed token, not yet cached)
+                then the draft nodes; a plain decode step has the root alone.
+            prefix: Per row, the positions already cached (the root is written at ``prefix[b]``).
+            parents: Per row, the parent position of each tree position (``-1`` for the root; a
+                parent precedes its child); ``None`` when every row is a lone root.
+            uniforms: Per row, the uniforms of its stream by depth (``uniforms[b][d]`` for a
+                position at depth ``d``; deeper padding reuses the last); ``None`` if all greedy.
+            params: Per row, its sampling parameters.
+
+        Returns:
+            The token and logprob drawn at each real position of each row.
+
+        Raises:
+            ValueError: The step does not fit (:meth:`fits`) or overruns the cache.
+        """
+        rows = len(ids)
+        width = max(len(r) for r in ids)
+        if not self.fits(rows, width):
+            raise ValueError(f"a step of {rows} rows x {width} positions does not fit the static shapes")
+        bb, tb = bucket(rows), bucket(width)
+        need = max(prefix) + tb
+        if need > self.max_span:
+            raise ValueError(f"a step needs {need} cache positions; the cache has {self.max_span}")
+        span = min(bucket(need, MIN_SPAN), self.max_span)
+        flags = _flags(params, self.model.config.vocab_size)
+        self._fill(ids, prefix, parents, uniforms, params, bb, tb)
+        key = (bb, tb, span, flags)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._build(bb, tb, span, flags)
+        if entry.graph is not None:
+            entry.graph.replay()
+            assert entry.out is not None
+            out = entry.out
+            self.replays += 1
+        else:
+            out = entry.run()
+            self.eager_steps += 1
+        values = out[:, :rows, :width].cpu()  # the step's one sync
+        return StepDraws(values[0].long().tolist(), values[1].tolist())
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def _fill(
+        self,
+        ids: Sequence[Sequence[int]],
+        prefix: Sequence[int],
+        parents: Sequence[Sequence[int]] | None,
+        uniforms: Sequence[Sequence[float]] | None,
+        params: Sequence[SamplingParams],
+        bb: int,
+        tb: int,
+    ) -> None:
+        """Write the step's inputs in shape ``(bb, tb)``'s layout and copy them to the device."""
+        rows = len(ids)
+        vocab = self.model.config.vocab_size
+        pad = bb - rows
+        if tb == 1:  # plain decode: every row is a lone root
+            flat_ids = [r[0] for r in ids] + [0] * pad
+            masks = [1] * bb
+            depths = [0] * bb
+            flat_u = [u[0] for u in uniforms] + [0.5] * pad if uniforms is not None else [0.5] * bb
+        else:
+            flat_ids, masks, depths, flat_u = [], [], [], []
+            for b in range(bb):
+                row = ids[b] if b < rows else ()
+                ups = parents[b] if parents is not None and b < rows else ()
+                us = uniforms[b] if uniforms is not None and b < rows else (0.5,)
+                row_masks: list[int] = []
+                row_depths: list[int] = []
+                for j in range(tb):
+                    # Past the row's tree (and in padding rows) positions chain onto the previous one.
+                    up = (ups[j] if j < len(ups) else -1) if j < len(row) else j - 1
+                    row_masks.append((row_masks[up] if up >= 0 else 0) | (1 << j))
+                    depth = row_depths[up] + 1 if up >= 0 else 0
+                    row_depths.append(depth)
+                    flat_u.append(us[min(depth, len(us) - 1)])
+                flat_ids.extend(row)
+                flat_ids.extend([0] * (tb - len(row)))
+                masks.extend(row_masks)
+                depths.extend(row_depths)
+        top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params] + [vocab] * pad
+        greedy = [int(p.temperature == 0) for p in params] + [0] * pad
+        temps = [p.temperature if p.temperature > 0 else 1.0 for p in params] + [1.0] * pad
+        top_p = [p.top_p for p in params] + [1.0] * pad
+        ints = torch.tensor([*flat_ids, *masks, *depths, *prefix, *([0] * pad), *top_k, *greedy])
+        floats = torch.tensor([*flat_u, *temps, *top_p], dtype=torch.float32)
+        n_int, n_float = ints.numel(), floats.numel()
+        self._ints_host[:n_int].copy_(ints)
+        self._floats_host[:n_float].copy_(floats)
+        # The previous step ended with a device-to-host read, so no copy from these pinned
+        # buffers is still in flight when they are refilled.
+        self._ints[:n_int].copy_(self._ints_host[:n_int], non_blocking=True)
+        self._floats[:n_float].copy_(self._floats_host[:n_float], non_blocking=True)
+
+    # --- shapes -------------------------------------------------------------------------------
+
+    def _build(self, bb: int, tb: int, span: int, flags: _Flags) -> _Graph:
+        """The step of one shape: captured as a graph if possible, else run eagerly."""
+        run = self._step_fn(bb, tb, span, flags)
+        if not self.capture:
+            return _Graph(run)
+        try:
+            graph, out = self._capture(run)
+        except Exception as exc:  # noqa: BLE001 (a failed capture costs speed, never the step)
+            self.capture = False
+            self.capture_error = f"{type(exc).__name__}: {exc}"
+            log.warning("CUDA graph capture failed; decode steps run eagerly from now on: %s", exc)
+            torch.cuda.synchronize(self.model.device)
+            return _Graph(run)
+        self.captures += 1
+        return _Graph(run, graph, out)
+
+    def _capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        device = self.model.device
+        current = torch.cuda.current_stream(device)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        side = self._stream
+        side.wait_stream(current)
+        graph = torch.cuda.CUDAGraph()
+        # Capture on a side stream, as CUDA requires, without `torch.cuda.graph`'s full garbage
+        # collection per capture (a second or more over a run's shapes in a large process).
+        with torch.cuda.stream(side):
+            # Warm up first (lazy initialisation, kernel selection). It runs the real step on
+            # the inputs just filled, so its cache writes are exactly those the replay makes again.
+            run()
+            # thread_local: other threads (the trainer's, asyncio's) may use CUDA meanwhile.
+            graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+            try:
+                out = run()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        current.wait_stream(side)
+        return graph, out
+
+    def _step_fn(self, bb: int, tb: int, span: int, flags: _Flags) -> Callable[[], torch.Tensor]:
+        """The step of shape ``(bb, tb, span)``, reading its inputs through fixed views."""
+        n = bb * tb
+        ints, floats = self._ints, self._floats
+        ids = ints[:n].view(bb, tb)
+        masks = ints[n : 2 * n].view(bb, tb)
+        depths = ints[2 * n : 3 * n].view(bb, tb)
+        prefix = ints[3 * n : 3 * n + bb]
+        top_k = ints[3 * n + bb : 3 * n + 2 * bb]
+        greedy = ints[3 * n + 2 * bb : 3 * n + 3 * bb]
+        uniforms = floats[:n].view(bb, tb)
+        temperature = floats[n : n + bb]
+        top_p = floats[n + bb : n + 2 * bb]
+        all_greedy, any_greedy, scaled, any_filter = flags
+        model, cache = self.model, self.cache
+
+        @torch.inference_mode()
+        def run() -> torch.Tensor:
+            offsets = torch.arange(tb, device=ids.device)
+            positions = prefix[:, None] + depths  # (Bb, Tb): RoPE position = cached length + depth
+            write = prefix[:, None] + offsets[None, :]  # (Bb, Tb): node j is stored at prefix + j
+            bias = mask_bias(prefix, masks, span, model.dtype)  # (Bb, 1, Tb, L)
+            hidden = model.forward(ids, positions, cache, 0, write, bias, hidden_only=True)  # (Bb, Tb, E)
+            logits = model.head(hidden.view(n, -1)).view(bb, tb, -1)  # (Bb, Tb, V)
+            rows = RowParams(
+                temperature, top_k, top_p, greedy != 0, any_filter, all_greedy, any_greedy, scaled
+            )
+            tokens, logprobs = sample(logits, rows, None if all_greedy else uniforms, host_sync=False)
+            return torch.stack((tokens.double(), logprobs.double()))  # (2, Bb, Tb): one read back
+
+        return run
+
+
+def _flags(params: Sequence[SamplingParams], vocab: int) -> _Flags:
+    """The sampling flags that choose a step's ops, as :meth:`RowParams.build` sets them."""
+    greedy = [p.temperature == 0 for p in params]
+    scaled = any(p.temperature not in (0.0, 1.0) for p in params)
+    # Padding rows are unfiltered, so a filter is on only where some real row asks for one.
+    any_filter = any(0 < p.top_k < vocab or p.top_p < 1.0 for p in params)
+    return all(greedy), any(greedy), scaled, any_filter
