@@ -59,7 +59,7 @@ if [[ -z ${MODEL:-} ]]; then
     build_pid=$!
 fi
 if [[ $device == cuda ]]; then
-    stage tests 170 "$py" -m pytest -q -m "gpu or not gpu" -p no:cacheprovider \
+    stage tests 130 "$py" -m pytest -v -m "gpu or not gpu" -p no:cacheprovider \
         tests/test_gpu_engine.py tests/test_engine_static_steps.py
 fi
 if [[ -n $build_pid ]]; then

@@ -68,7 +68,10 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       ``latency200_runahead_tokens_per_forward`` and ``latency200_no_runahead_tokens_per_forward``;
       ``latency200_prediction_hit_rate``: tool-result predictions whose state the live episode reached.
     * ``<config>_wall_s``, ``<config>_tokens``, ``<config>_tokens_per_forward``,
-      ``<config>_acceptance_rate``, ``<config>_success_rate`` for every configuration that ran.
+      ``<config>_acceptance_rate``, ``<config>_success_rate`` for every configuration that ran;
+      for TorchEngine ones also ``<config>_decode_forwards`` (decode and verify steps),
+      ``<config>_forward_s`` (time in those steps: inputs, forward, draws, the read back),
+      ``<config>_ms_per_forward`` and ``<config>_draft_s`` (draft lookups).
     * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
       (``<config>_graph_replays`` and the others of
       :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``).
@@ -92,6 +95,12 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_tokens_per_forward": round(t["tokens_per_forward"], 3),
                 f"{c}_acceptance_rate": round(t["acceptance_rate"], 4),
                 f"{c}_success_rate": round(t["success_rate"], 4),
+                f"{c}_decode_forwards": int(t["target_forwards"]),
+                f"{c}_forward_s": round(t["forward_s"], 3),
+                f"{c}_draft_s": round(t["draft_s"], 3),
+                f"{c}_ms_per_forward": round(1000 * t["forward_s"] / t["target_forwards"], 3)
+                if t["target_forwards"]
+                else 0.0,
             }
         )
     if "srt" in tot:
