@@ -10,7 +10,8 @@
 # Usage, from the repository root of a CUDA machine with srt-agent importable:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]
 # Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,train,bench128,engine}.json.
-# MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
+# STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
+# BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
 # for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ...").
 set -uo pipefail
 out=${1:?usage: gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]}
@@ -19,6 +20,8 @@ train_steps=${3:-30}
 device=${DEVICE:-cuda}
 model=${MODEL:-runs/gpu-model}
 py=${PYTHON:-python3}
+stages=" ${STAGES:-tests bench32 train bench128 engine} "
+read -r -a test_args <<<"${TESTS:-}"
 shape=${SHAPE:-qwen2.5-0.5b}
 # Extra arguments of every bench rollout (a dry run shrinks the workload with them).
 read -r -a bench_args <<<"${BENCH_ARGS:-}"
@@ -31,6 +34,7 @@ left() { echo $((budget - ($(date +%s) - start))); }
 stage() {
     local name=$1 limit=$2 remaining t0 rc
     shift 2
+    [[ $stages == *" $name "* ]] || return 0
     remaining=$(left)
     if ((remaining < 15)); then
         echo "=== $name: skipped, ${remaining}s left" | tee -a "$log"
@@ -60,7 +64,7 @@ if [[ -z ${MODEL:-} ]]; then
 fi
 if [[ $device == cuda ]]; then
     stage tests 130 "$py" -m pytest -v -m "gpu or not gpu" -p no:cacheprovider \
-        tests/test_gpu_engine.py tests/test_engine_static_steps.py
+        tests/test_gpu_engine.py tests/test_engine_static_steps.py "${test_args[@]}"
 fi
 if [[ -n $build_pid ]]; then
     wait "$build_pid"
@@ -70,7 +74,7 @@ if [[ -n $build_pid ]]; then
 fi
 
 stage bench32 170 "${cli[@]}" bench rollout --model "$model" --device "$device" \
-    --configs off,eager,srt,useless --json "$out/bench32.json" "${bench_args[@]}"
+    --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
 stage train 190 "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
     "trainer.steps=$train_steps" trainer.out_dir=runs/gpu-check-train --json "$out/train.json"
 stage bench128 120 "${cli[@]}" bench rollout --model "$model" --device "$device" \

@@ -108,14 +108,17 @@ def test_cuda_bf16_logprobs_within_the_stated_tolerance_of_a_float32_teacher(spe
     Stated tolerance: mean |difference| <= 0.05 nats and max <= 0.5 over every generated token
     (bfloat16 keeps 8 bits of mantissa: logits of magnitude ~10 move by a few hundredths).
     """
+    # Unfiltered requests only: under top-k/top-p a token near the cut can be kept by one
+    # precision and dropped by the other, an infinite difference that says nothing of accuracy.
+    requests = [r for r in REQUESTS if r.params.top_k == 0 and r.params.top_p == 1.0]
     hf = AutoModelForCausalLM.from_pretrained(str(spec_model), dtype=torch.float32).to(CUDA)
     with TorchEngine(spec_model, tokenizer=char_tokenizer(VOCAB), max_batch_size=8, device=CUDA) as plain:
         assert plain.model.dtype == torch.bfloat16 and plain.graphs is not None
-        ref = plain.generate(REQUESTS)
+        ref = plain.generate(requests)
     source = NoisyReplay(_book(ref), VOCAB, seed=5, corrupt=0.3)
     with _spec_engine(spec_model, source, device=CUDA) as eng:
-        outs = eng.generate(REQUESTS)
-    errors = _teacher_errors(hf, REQUESTS, ref) + _teacher_errors(hf, REQUESTS, outs)
+        outs = eng.generate(requests)
+    errors = _teacher_errors(hf, requests, ref) + _teacher_errors(hf, requests, outs)
     mean = sum(errors) / len(errors)
     print(f"cuda bf16 + graphs: mean |logprob - teacher| = {mean:.4f}, max = {max(errors):.4f}")
     assert mean <= 0.05

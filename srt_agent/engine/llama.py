@@ -24,10 +24,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.rope import apply_rope, interleave_rows, inverse_frequencies, rope_table
+
+_GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""Attention kernels the engine lets SDPA pick on a GPU (not cuDNN's: see :meth:`CausalLM.forward`)."""
 
 
 @dataclass
@@ -160,6 +164,31 @@ class CausalLM:
 
     @torch.inference_mode()
     def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        row_start: int,
+        write_positions: torch.Tensor,
+        attn_bias: torch.Tensor,
+        logit_index: torch.Tensor | None = None,
+        hidden_only: bool = False,
+    ) -> torch.Tensor:
+        """Run new tokens of rows ``row_start ..`` through the model (see :meth:`_forward`).
+
+        On a GPU, attention avoids cuDNN's kernel: it builds an execution plan per input shape,
+        and the engine's eager forwards (prefills, steps too wide for a graph) change shape nearly
+        every call, so that planning cost more than the attention itself (measured on an H200:
+        plain rollouts ran 2-3x slower in bfloat16 with it than in float32, which cuDNN does not
+        take). Flash and memory-efficient attention have no per-shape setup.
+        """
+        args = (input_ids, positions, cache, row_start, write_positions, attn_bias, logit_index, hidden_only)
+        if self.device.type != "cuda":
+            return self._forward(*args)
+        with sdpa_kernel(_GPU_ATTENTION):
+            return self._forward(*args)
+
+    def _forward(
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,

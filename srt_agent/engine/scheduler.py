@@ -261,6 +261,7 @@ class Scheduler:
     def _decode(self) -> None:
         b = len(self.rows)
         spec = self.speculator
+        captured = self.graphs.capture_seconds if self.graphs is not None else 0.0
         try:
             drafts = spec.drafts(self.rows) if spec is not None else None
             start = time.perf_counter()
@@ -270,6 +271,10 @@ class Scheduler:
             else:
                 emitted, width = self._plain_decode(), 1
             seconds = time.perf_counter() - start
+            if self.graphs is not None:
+                # A first step of a shape also captured its graph: a one-off, not what a step of
+                # that shape costs, so the cost model must not see it.
+                seconds = max(seconds - (self.graphs.capture_seconds - captured), 0.0)
         except Exception as exc:  # a failed batched forward cannot be pinned on one row
             log.exception("decode step failed")
             self.abort_all(f"decode step failed: {type(exc).__name__}: {exc}")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -129,6 +130,7 @@ class StepGraphs:
         self.replays = 0  # steps run through a captured graph
         self.eager_steps = 0  # static steps run eagerly (capture off, or it failed)
         self.capture_error: str | None = None  # why capturing was turned off, if it was
+        self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
 
     def release(self) -> None:
         """Drop every captured graph and its memory (the engine is closing)."""
@@ -251,6 +253,7 @@ class StepGraphs:
         run = self._step_fn(bb, tb, span, flags)
         if not self.capture:
             return _Graph(run)
+        start = time.perf_counter()
         try:
             graph, out = self._capture(run)
         except Exception as exc:  # noqa: BLE001 (a failed capture costs speed, never the step)
@@ -260,6 +263,7 @@ class StepGraphs:
             torch.cuda.synchronize(self.model.device)
             return _Graph(run)
         self.captures += 1
+        self.capture_seconds += time.perf_counter() - start
         return _Graph(run, graph, out)
 
     def _capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
