@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import gymnasium as gym
 import typer
@@ -18,6 +18,9 @@ from srt_agent.paths import OutputPathError, check_output_file, default_model_di
 from srt_agent.play import play as play_episode
 from srt_agent.records import build_record
 from srt_agent.registration import UnknownEnvError, check_env_id, make, registered_envs
+
+if TYPE_CHECKING:
+    from srt_agent.config.sections import SpecSection
 
 app = typer.Typer(
     name="srt-agent",
@@ -115,6 +118,17 @@ def demo_cmd(
     if not ok:
         err_console.print("[red]an oracle failed to solve every task[/red]")
         raise typer.Exit(1)
+
+
+def _spec_options(config: Path | None) -> SpecSection:
+    """The ``spec`` section of ``--config`` (the defaults without one), or exit 2 saying why."""
+    from srt_agent.config.loader import ConfigError
+    from srt_agent.config.spec_file import load_spec
+
+    try:
+        return load_spec(config)
+    except ConfigError as exc:
+        raise _report_error(exc) from None
 
 
 def _report_error(exc: Exception) -> typer.Exit:
@@ -225,6 +239,10 @@ def eval_cmd(
     url: Annotated[str | None, typer.Option(help="The server of --engine sglang.")] = None,
     replicas: Annotated[int, typer.Option(min=0, help="Engine replicas on Ray (0: in this process).")] = 0,
     device: Annotated[str, typer.Option(help="Where the in-process engine runs: cpu, cuda or auto.")] = "cpu",
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+    ] = None,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -242,6 +260,7 @@ def eval_cmd(
         "spec": spec,
         "engine": engine_config,
         "device": device,
+        "spec_options": _spec_options(config),
     }
     if replicas:
         from srt_agent.distributed.config import RayConfig
@@ -296,14 +315,19 @@ def serve_cmd(
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
     seed: Annotated[int | None, typer.Option(help="Seed for requests without sampling_seed.")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch CPU threads.")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+    ] = None,
 ) -> None:
     """Serve the embedded engine over SGLang's native HTTP API (POST /generate, weight updates)."""
     from srt_agent.serving.commands import serve
 
+    options = _spec_options(config)
     model_dir = _model_dir(model)
     try:
         serve(model_dir, host=host, port=port, spec=spec, max_batch=max_batch, device=device,
-              seed=seed, threads=threads, console=console)  # fmt: skip
+              seed=seed, threads=threads, console=console, spec_options=options)  # fmt: skip
     except (OSError, ValueError) as exc:  # port taken, bad device, unloadable model
         raise _report_error(exc) from None
 
@@ -314,13 +338,29 @@ def sglang_serve_cmd(
     model: Annotated[str, typer.Option(help="HF model dir or hub id, as SGLang's --model-path.")],
     host: Annotated[str, typer.Option(help="Interface.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 30000,
-    draft_tokens: Annotated[int, typer.Option(help="Tree slots per request, root included.")] = 12,
+    draft_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Tree slots per request, root included [default: spec.max_draft_tokens + 1, or 12]."
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+    ] = None,
 ) -> None:
     """Start SGLang's server with SRT drafting inside it; other flags go to SGLang unchanged."""
+    from srt_agent.config.spec_file import sglang_refusals
     from srt_agent.integrations.sglang.launch import launch
 
+    options = _spec_options(config)
+    refused = sglang_refusals(options)
+    if refused:
+        raise _report_error(ValueError("; ".join(refused)))
+    if draft_tokens is None:
+        draft_tokens = options.max_draft_tokens + 1 if config is not None else 12
     try:
-        launch(model, host=host, port=port, draft_tokens=draft_tokens, extra=ctx.args)
+        launch(model, host=host, port=port, draft_tokens=draft_tokens, extra=ctx.args, spec_file=config)
     except (RuntimeError, ValueError) as exc:
         raise _report_error(exc) from None
 
@@ -411,11 +451,21 @@ def bench_rollout_cmd(
         str | None, typer.Option(help="Comma-separated configurations (default: all).")
     ] = None,
     backoff_window: Annotated[
-        int, typer.Option(min=0, help="Tree cache suffix back-off (spec.cache.backoff_window; 0: off).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            min=0, help="Tree cache suffix back-off (spec.cache.backoff_window; 0: off) [default: 0]."
+        ),
+    ] = None,
     draws: Annotated[
-        str, typer.Option(help="How verify steps draw (spec.draws): auto, walk or all.")
-    ] = "auto",
+        str | None,
+        typer.Option(help="How verify steps draw (spec.draws): auto, walk or all [default: auto]."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="A run config whose `spec` section the speculating configurations use."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="Torch device of every engine: cpu or cuda.")] = "cpu",
     dtype: Annotated[
         str, typer.Option(help="TorchEngine dtype: auto (bfloat16 on a GPU), float32 or bfloat16.")
@@ -432,19 +482,20 @@ def bench_rollout_cmd(
     from srt_agent.bench.rollout_report import bench_rollout
 
     model_dir = _model_dir(model)
+    options = _spec_options(config)
     try:
-        config = RolloutBenchConfig(
+        bench = RolloutBenchConfig(
             model_dir, prompts=prompts, samples=samples, rounds=rounds, hf_rounds=hf_rounds,
             max_new_tokens=max_new_tokens, max_turns=max_turns, threads=threads,
             envs=tuple(env) if env else RolloutBenchConfig.envs,
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
             backoff_window=backoff_window, draws=draws, device=device, dtype=dtype,
-            max_batch_size=batch, server_url=url,
+            max_batch_size=batch, server_url=url, spec_options=options,
         )  # fmt: skip
     except ValueError as exc:
         raise _report_error(exc) from None
     _check_outputs((json_path, "--json"), (plot, "--plot"))
-    bench_rollout(config, json_path=json_path, plot_path=plot, console=console)
+    bench_rollout(bench, json_path=json_path, plot_path=plot, console=console)
 
 
 def main() -> None:

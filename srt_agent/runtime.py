@@ -23,6 +23,7 @@ from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
 from srt_agent.serving.config import EngineConfig
 from srt_agent.tree_cache import TreeCache
+from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 if TYPE_CHECKING:
     import torch
@@ -104,13 +105,15 @@ def build_runtime(
             the context length and the config of weight updates, and run-ahead requests go to
             the server at low priority to fill its drafter.
         ray: Roll out on a Ray cluster (started locally if none is running): engine replicas,
-            each drafting from its own tree cache when ``draft_source`` is given (the driver's
-            cache is then not used), and env workers; see :mod:`srt_agent.distributed`.
+            each drafting from its own tree cache when ``draft_source`` is given (built with the
+            draft source's settings and ``spec``; the driver's cache itself is not used), the
+            run-ahead queue feeding them, and env workers; see :mod:`srt_agent.distributed`.
         dtype: The in-process engine's dtype (default: bfloat16 on a GPU, float32 on a CPU).
         cuda_graphs: The in-process engine's CUDA graphs (default: on a GPU).
 
     Raises:
-        ValueError: Run-ahead asked for without a draft source (in-process).
+        ValueError: Run-ahead asked for without a draft source, or (on Ray) a draft source that
+            is not a :class:`TreeCache`.
         srt_agent.serving.EngineConnectionError: The server does not answer.
         srt_agent.engine.CheckpointError: ``model_dir`` is not a loadable model.
     """
@@ -123,7 +126,15 @@ def build_runtime(
 
     if ray is not None:
         return _on_ray(
-            model_dir, fmt, rollout, ray, spec=draft_source is not None, seed=seed, progress=progress
+            model_dir,
+            fmt,
+            rollout,
+            ray,
+            cache=_replica_cache(draft_source),
+            spec=spec,
+            runahead=ahead,
+            seed=seed,
+            progress=progress,
         )
     if ahead is not None and draft_source is None:
         raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
@@ -176,7 +187,9 @@ def _on_ray(
     rollout: RolloutConfig,
     config: RayConfig,
     *,
-    spec: bool,
+    cache: TreeCacheConfig | None,
+    spec: SpecConfig | None,
+    runahead: RunAheadConfig | None,
     seed: int | None,
     progress: ProgressCallback | None,
 ) -> Runtime:
@@ -195,11 +208,36 @@ def _on_ray(
             log_to_driver=False,
             configure_logging=False,
         )
-    engine = RayEngine(model_dir, config, max_batch_size=rollout.max_concurrent, spec=spec, seed=seed or 0)
+    if runahead is not None and cache is None:
+        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+    engine = RayEngine(
+        model_dir, config, max_batch_size=rollout.max_concurrent, cache=cache, spec=spec, seed=seed or 0
+    )
     pool = EnvWorkerPool(config.env_workers) if config.env_workers else None
     factory = pool.make if pool is not None else None
-    scheduler = RolloutScheduler(engine, fmt, rollout, progress=progress, env_factory=factory)
+    # The run-ahead queue lives here; its requests reach the replica their task is routed to,
+    # so they fill the tree cache that the task's live requests draft from.
+    scheduler = RolloutScheduler(
+        engine, fmt, rollout, runahead=runahead, progress=progress, env_factory=factory
+    )
     return Runtime(engine, fmt, None, scheduler, pool)
+
+
+def _replica_cache(source: DraftSourceProtocol | None) -> TreeCacheConfig | None:
+    """The tree cache settings Ray replicas build their caches with (each has its own cache).
+
+    Raises:
+        ValueError: ``source`` is not a :class:`TreeCache`: a custom draft source cannot be
+            rebuilt inside the replicas.
+    """
+    if source is None:
+        return None
+    if not isinstance(source, TreeCache):
+        raise ValueError(
+            f"on Ray each engine replica drafts from a tree cache of its own; a {type(source).__name__} "
+            "draft source cannot be copied into the replicas (use a TreeCache, or roll out in-process)"
+        )
+    return source.config
 
 
 def _connect(model_dir: str | Path, config: EngineConfig, rollout: RolloutConfig) -> SGLangEngine:

@@ -21,6 +21,7 @@ from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import Runtime, build_engine, build_runtime
 from srt_agent.tree_cache import TreeCache
+from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 ray = pytest.importorskip("ray")
 
@@ -98,7 +99,7 @@ def test_weights_reach_every_replica(cluster: None, model_dir: Path, tmp_path: P
         GenerationRequest(f"r{i}", (5, 6, i + 1), SamplingParams(max_new_tokens=6, seed=i), task_id=f"t{i}")
         for i in range(4)
     ]
-    engine = RayEngine(model_dir, CONFIG, max_batch_size=4)
+    engine = RayEngine(model_dir, CONFIG, max_batch_size=4, cache=TreeCacheConfig())
     try:
         engine.update_weights(new)
         got = engine.generate(requests)
@@ -148,3 +149,42 @@ def test_replicas_that_cannot_be_placed_fail_with_the_reason(cluster: None, mode
     too_big = RayConfig(replicas=1, replica_cpus=64, start_timeout_s=2)
     with pytest.raises(RuntimeError, match=r"CPUs free and each replica asks for 64"):
         RayEngine(model_dir, too_big, max_batch_size=2)
+
+
+def test_replicas_run_with_the_run_configs_speculation_options(
+    cluster: None, model_dir: Path, tmp_path: Path
+) -> None:
+    from train_fixtures import tiny_config
+
+    from srt_agent.train.trainer import Trainer
+
+    spec = {
+        "max_draft_tokens": 3,
+        "probe_interval": 7,
+        "cache": {"byte_budget": 3_000_000, "backoff_window": 1},
+        "run_ahead": {"enabled": True, "max_in_flight": 3},
+    }
+    cfg = tiny_config(
+        model_dir, tmp_path / "opts", trainer={"backend": "ray"}, ray={"replicas": 2}, spec=spec
+    )
+    run = Trainer(cfg)
+    try:
+        engine = run.rollouts.engine
+        options = engine.replica_options()  # type: ignore[attr-defined]
+        scheduler = run.rollouts.scheduler
+    finally:
+        run.close()
+    assert options == [(cfg.spec.cache, cfg.spec.engine_config())] * 2
+    assert options[0][1].max_draft_tokens == 3 and options[0][0].backoff_window == 1
+    assert scheduler.runahead is not None  # the run-ahead queue feeds the replicas
+
+
+def test_a_custom_draft_source_is_refused_on_ray_with_the_reason(cluster: None, model_dir: Path) -> None:
+    from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
+
+    class Mine(StaticDraftSource):
+        def draft(self, *args: object, **kwargs: object) -> DraftTree:
+            return EMPTY_DRAFT
+
+    with pytest.raises(ValueError, match="Mine draft source cannot be copied into the replicas"):
+        build_runtime(model_dir, RolloutConfig(max_concurrent=2), draft_source=Mine(), ray=CONFIG)

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from srt_agent.chat_format import ChatFormat
+from srt_agent.config.sections import SpecSection
 from srt_agent.contracts.generation import Engine, GenerationRequest, SamplingParams
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
@@ -101,9 +102,14 @@ class RolloutBenchConfig:
         first_env_seed: Env seed of the first task.
         configs: Configurations to run (``off`` is always run: it is every ratio's reference).
         max_draft_tokens: Draft budget per row of the speculating configurations (``None``: the
-            :class:`~srt_agent.engine.speculation.config.SpecConfig` default).
-        backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off).
-        draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``).
+            ``spec_options`` value).
+        backoff_window: The tree caches' suffix back-off (``spec.cache.backoff_window``; 0: off;
+            ``None``: the ``spec_options`` value).
+        draws: How verify steps draw (``spec.draws``: ``auto``, ``walk`` or ``all``; ``None``:
+            the ``spec_options`` value).
+        spec_options: A run config's ``spec`` section (tree cache, engine options, run-ahead)
+            that the speculating configurations start from (``None``: the defaults); the three
+            options above override it where given.
         device: Torch device of every engine (``cpu`` or ``cuda``).
         dtype: The TorchEngine configurations' dtype (``auto``: bfloat16 on a GPU, float32 on a
             CPU; or ``float32``, ``bfloat16``); ``eager`` always runs float32.
@@ -127,8 +133,9 @@ class RolloutBenchConfig:
     first_env_seed: int = 0
     configs: tuple[str, ...] = CONFIGS
     max_draft_tokens: int | None = None
-    backoff_window: int = 0
-    draws: str = "auto"
+    backoff_window: int | None = None
+    draws: str | None = None
+    spec_options: SpecSection | None = None
     device: str = "cpu"
     dtype: str = "auto"
     server_url: str | None = None
@@ -152,7 +159,7 @@ class RolloutBenchConfig:
             object.__setattr__(self, "configs", (*self.configs, "server"))
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
-        if self.backoff_window < 0:
+        if self.backoff_window is not None and self.backoff_window < 0:
             raise ValueError(f"backoff_window must be >= 0 (0: off), got {self.backoff_window}")
         self.spec_configs()  # their own validation (a ValueError naming the field and its bounds)
         if torch.device(self.device).type == "cuda" and not torch.cuda.is_available():
@@ -160,10 +167,21 @@ class RolloutBenchConfig:
 
     def spec_configs(self) -> tuple[TreeCacheConfig, SpecConfig]:
         """The tree cache's and the engine's speculation settings of the speculating configurations."""
-        limits: dict[str, Any] = {"draws": self.draws}
+        base = self.spec_options or SpecSection()
+        cache = base.cache
+        if self.backoff_window is not None:
+            cache = cache.model_copy(update={"backoff_window": self.backoff_window})
+        limits: dict[str, Any] = base.engine_config().model_dump()
+        if self.draws is not None:
+            limits["draws"] = self.draws
         if self.max_draft_tokens is not None:
             limits["max_draft_tokens"] = self.max_draft_tokens
-        return TreeCacheConfig(backoff_window=self.backoff_window), SpecConfig.model_validate(limits)
+        return TreeCacheConfig.model_validate(cache.model_dump()), SpecConfig.model_validate(limits)
+
+    def run_ahead(self) -> RunAheadConfig:
+        """The run-ahead settings of the configurations that run ahead (``spec_options``'s, on)."""
+        base = self.spec_options.run_ahead if self.spec_options is not None else RunAheadConfig()
+        return base.model_copy(update={"enabled": True})
 
 
 @dataclass(frozen=True)
@@ -258,7 +276,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             rollout,
             draft_source=source,
             spec=spec,
-            run_ahead=RunAheadConfig() if name in ("srt", "latency_srt") else None,
+            run_ahead=config.run_ahead() if name in ("srt", "latency_srt") else None,
             fmt=fmt,
             device=config.device,
             dtype=torch.float32 if name == "eager" else DTYPES[config.dtype],

@@ -82,7 +82,12 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     Figures of configurations that did not run are absent.
     """
     ran = [c for c in CONFIGS if any(r.config == c for r in results)]
-    settings = {k: v for k, v in asdict(config).items() if k not in ("configs", "model_dir", "envs")}
+    skip = ("configs", "model_dir", "envs", "spec_options")
+    settings = {k: v for k, v in asdict(config).items() if k not in skip}
+    cache, spec = config.spec_configs()  # what the speculating configurations ran with
+    settings.update(
+        backoff_window=cache.backoff_window, draws=spec.draws, max_draft_tokens=spec.max_draft_tokens
+    )
     out: dict[str, Any] = {"model": str(config.model_dir), "envs": ",".join(config.envs), **settings}
     tot = {c: totals(results, c) for c in ran}
     off = tot["off"]

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.stats import SpecStats
+from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
 
@@ -22,21 +24,39 @@ class EngineReplica:
     Args:
         model_dir: The model.
         max_batch_size: The engine's batch.
-        spec: Draft from a tree cache (SRT).
+        cache: The replica's tree cache settings (the run's ``spec.cache``); ``None``: no tree
+            cache, no drafts (SRT off).
+        spec: The engine's speculation settings (the run's ``spec``: draft budget, cost model);
+            ``None``: the defaults.
         seed: The engine's seed (requests carry their own).
         threads: Torch threads.
     """
 
     def __init__(
-        self, model_dir: str | Path, max_batch_size: int, spec: bool = True, seed: int = 0, threads: int = 1
+        self,
+        model_dir: str | Path,
+        max_batch_size: int,
+        cache: TreeCacheConfig | None = None,
+        spec: SpecConfig | None = None,
+        seed: int = 0,
+        threads: int = 1,
     ) -> None:
         from srt_agent.engine.torch_engine import TorchEngine
         from srt_agent.tree_cache import TreeCache
 
-        self.cache = TreeCache() if spec else None
+        self.cache = TreeCache(cache) if cache is not None else None
         self.engine = TorchEngine(
-            model_dir, max_batch_size=max_batch_size, draft_source=self.cache, seed=seed, num_threads=threads
+            model_dir,
+            max_batch_size=max_batch_size,
+            draft_source=self.cache,
+            spec=spec,
+            seed=seed,
+            num_threads=threads,
         )
+
+    def options(self) -> tuple[TreeCacheConfig | None, SpecConfig]:
+        """The tree cache's and the engine's speculation settings this replica runs with."""
+        return (self.cache.config if self.cache is not None else None), self.engine.spec
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """One request, joining the replica's running batch."""

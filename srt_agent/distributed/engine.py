@@ -24,7 +24,9 @@ from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, 
 from srt_agent.distributed.actors import EngineReplica
 from srt_agent.distributed.config import RayConfig
 from srt_agent.distributed.router import Router
+from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.stats import SpecStats, spec_sum
+from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +43,9 @@ class RayEngine:
         model_dir: The model every replica loads.
         config: Replicas, routing and retries.
         max_batch_size: Each replica's batch.
-        spec: Replicas draft from their tree caches (SRT).
+        cache: Each replica's tree cache settings (the run's ``spec.cache``); ``None``: replicas
+            do not draft (SRT off).
+        spec: Each replica's speculation settings (the run's ``spec``); ``None``: the defaults.
         seed: Seed of the replicas' engines (requests carry their own).
     """
 
@@ -51,7 +55,8 @@ class RayEngine:
         config: RayConfig,
         *,
         max_batch_size: int,
-        spec: bool = True,
+        cache: TreeCacheConfig | None = None,
+        spec: SpecConfig | None = None,
         seed: int = 0,
     ) -> None:
         import ray
@@ -66,7 +71,7 @@ class RayEngine:
         self._actor = remote(num_cpus=config.replica_cpus, max_concurrency=max(64, 4 * max_batch_size))(
             EngineReplica
         )
-        self._args = (self.model_dir, max_batch_size, spec, seed, config.replica_threads)
+        self._args = (self.model_dir, max_batch_size, cache, spec, seed, config.replica_threads)
         self._lock = threading.Lock()
         self._weights: Any = None  # the latest weights' object ref, for replacements
         self.replaced = 0
@@ -120,6 +125,15 @@ class RayEngine:
             self._weights = ref
             replicas = list(self.replicas)
         self._ray.get([r.update_weights.remote(ref) for r in replicas])
+
+    def replica_options(self) -> list[tuple[TreeCacheConfig | None, SpecConfig]]:
+        """Each replica's tree cache and speculation settings, as the replicas report them."""
+        with self._lock:
+            replicas = list(self.replicas)
+        options: list[tuple[TreeCacheConfig | None, SpecConfig]] = self._ray.get(
+            [r.options.remote() for r in replicas]
+        )
+        return options
 
     def spec_stats(self, reset: bool = False) -> SpecStats:
         """The replicas' speculation counters, added up."""

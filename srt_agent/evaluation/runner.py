@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.chat_format import ChatFormat
+from srt_agent.config.sections import SpecSection
 from srt_agent.console import make_console
 from srt_agent.contracts.generation import Engine
 from srt_agent.devices import resolve_device
@@ -85,6 +86,7 @@ def run_eval(
     engine: EngineConfig | None = None,
     ray: RayConfig | None = None,
     device: str = "cpu",
+    spec_options: SpecSection | None = None,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -110,6 +112,8 @@ def run_eval(
             (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
         ray: For a model directory, roll out on a Ray cluster (engine replicas, env workers).
         device: For a model directory, where the in-process engine runs (``cpu``, ``cuda``, ``auto``).
+        spec_options: For a model directory, the tree cache and speculation settings (a run
+            config's ``spec`` section; default: its defaults).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -132,7 +136,7 @@ def run_eval(
     used_spec: bool | None
     used: Engine
     if isinstance(model, str | Path):
-        runtime = _load(model, config, spec, progress, engine, ray, device)
+        runtime = _load(model, config, spec, progress, engine, ray, device, spec_options)
         used, scheduler = runtime.engine, runtime.scheduler
         name, owned = str(model), True
         remote = engine is not None and engine.kind == "sglang"
@@ -174,6 +178,7 @@ def _load(
     engine: EngineConfig | None,
     ray: RayConfig | None = None,
     device: str = "cpu",
+    options: SpecSection | None = None,
 ) -> Runtime:
     """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
     path = Path(model_dir)
@@ -181,9 +186,17 @@ def _load(
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
     where = resolve_device(device)  # a ValueError naming the device: bad arguments, not a bad model
     try:
-        cache = TreeCache() if spec and (engine is None or engine.kind == "torch") else None
+        options = options or SpecSection()
+        cache = TreeCache(options.cache) if spec and (engine is None or engine.kind == "torch") else None
         return build_runtime(
-            path, config, draft_source=cache, progress=progress, engine=engine, ray=ray, device=where
+            path,
+            config,
+            draft_source=cache,
+            spec=options.engine_config(),
+            progress=progress,
+            engine=engine,
+            ray=ray,
+            device=where,
         )
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc

@@ -11,8 +11,9 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from srt_agent.integrations.sglang.plugin import ALGORITHM, EXACT_THRESHOLDS
+from srt_agent.integrations.sglang.plugin import ALGORITHM, EXACT_THRESHOLDS, SPEC_FILE_VARIABLE
 
 __all__ = ["launch", "server_command", "server_env"]
 
@@ -45,16 +46,31 @@ def server_command(
     return [*cmd, *extra]
 
 
-def server_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for SGLang: srt-agent's plugin added to ``SGLANG_PLUGINS`` if it is a list."""
+def server_env(environ: dict[str, str] | None = None, spec_file: str | Path | None = None) -> dict[str, str]:
+    """The environment for SGLang: srt-agent's plugin added to ``SGLANG_PLUGINS`` if it is a list.
+
+    With ``spec_file`` (a run config), every SGLang process's SRT worker reads its ``spec``
+    section through :data:`~srt_agent.integrations.sglang.plugin.SPEC_FILE_VARIABLE` (SGLang's
+    argument parser cannot take plugin options).
+    """
     env = dict(os.environ if environ is None else environ)
+    if spec_file is not None:
+        env[SPEC_FILE_VARIABLE] = str(Path(spec_file).resolve())
     allowed = [p.strip() for p in env.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
     if allowed and PLUGIN_NAME not in allowed:  # an allow-list that would skip SRT's registration
         env["SGLANG_PLUGINS"] = ",".join([*allowed, PLUGIN_NAME])
     return env
 
 
-def launch(model: str, *, host: str, port: int, draft_tokens: int, extra: Sequence[str] = ()) -> None:
+def launch(
+    model: str,
+    *,
+    host: str,
+    port: int,
+    draft_tokens: int,
+    extra: Sequence[str] = (),
+    spec_file: str | Path | None = None,
+) -> None:
     """Replace this process with SGLang's server (never returns).
 
     Raises:
@@ -68,4 +84,4 @@ def launch(model: str, *, host: str, port: int, draft_tokens: int, extra: Sequen
             '`pip install "sglang==0.5.23"`, then run this again (on CPU, `srt-agent serve` serves '
             "the embedded engine with the same API)"
         )
-    os.execvpe(cmd[0], cmd, server_env())
+    os.execvpe(cmd[0], cmd, server_env(spec_file=spec_file))

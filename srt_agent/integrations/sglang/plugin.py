@@ -17,19 +17,26 @@ drafts come from and what survives a flush:
   defaults, plus the acceptance thresholds at 1.0 (any lower value would bias sampling).
 
 The options come from the environment, since SGLang's argument parser is not extensible:
-``SRT_CACHE_BYTES`` (the tree cache's byte budget).
+``SRT_SPEC_CONFIG`` names a run config whose ``spec.cache`` section configures the tree cache
+(``srt-agent sglang-serve --config`` sets it), and ``SRT_CACHE_BYTES`` overrides its byte budget.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srt_agent.tree_cache import TreeCacheConfig
 
 log = logging.getLogger(__name__)
 
 ALGORITHM = "SRT"
 """The name to pass as ``--speculative-algorithm``."""
+
+SPEC_FILE_VARIABLE = "SRT_SPEC_CONFIG"
+"""The environment variable naming the run config the SRT worker reads its ``spec`` from."""
 
 
 EXACT_THRESHOLDS = {"speculative_accept_threshold_single": 1.0, "speculative_accept_threshold_acc": 1.0}
@@ -137,20 +144,37 @@ def _algorithm_class(base: type) -> type:
     return SRTAlgorithm
 
 
+def worker_cache_config(environ: dict[str, str] | None = None) -> TreeCacheConfig:
+    """The SRT worker's tree cache settings, read from the environment.
+
+    ``spec.cache`` of the run config ``SRT_SPEC_CONFIG`` names (the defaults without one), with
+    ``SRT_CACHE_BYTES`` overriding the byte budget.
+
+    Raises:
+        ConfigError: The named run config is missing or invalid (SGLang then fails to start,
+            naming the file and the problem).
+    """
+    from srt_agent.config.spec_file import load_spec
+
+    env = os.environ if environ is None else environ
+    config = load_spec(env.get(SPEC_FILE_VARIABLE) or None).cache
+    budget = env.get("SRT_CACHE_BYTES")
+    if budget:
+        config = config.model_copy(update={"byte_budget": int(budget)})
+    return config
+
+
 def _worker_class(base: type) -> type:
     """``NGRAMWorker`` with the tree cache as its corpus and trees kept across flushes."""
     from srt_agent.integrations.sglang.corpus import TreeCacheCorpus
-    from srt_agent.tree_cache import TreeCache, TreeCacheConfig
+    from srt_agent.tree_cache import TreeCache
 
     class SRTWorker(base):  # type: ignore[misc]
         """SGLang's n-gram worker drafting from srt-agent's tree cache."""
 
         def __init__(self, server_args: Any, gpu_id: int, nccl_port: int, target_worker: Any) -> None:
             super().__init__(server_args, gpu_id, nccl_port, target_worker)
-            config = TreeCacheConfig()
-            budget = os.environ.get("SRT_CACHE_BYTES")
-            if budget:
-                config = config.model_copy(update={"byte_budget": int(budget)})
+            config = worker_cache_config()
             vocab = int(self.model_runner.model_config.vocab_size)
             self.ngram_corpus = TreeCacheCorpus(TreeCache(config), self.draft_token_num, vocab)
 
