@@ -71,7 +71,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       ``<config>_acceptance_rate``, ``<config>_success_rate`` for every configuration that ran;
       for TorchEngine ones also ``<config>_decode_forwards`` (decode and verify steps),
       ``<config>_forward_s`` (time in those steps: inputs, forward, draws, the read back),
-      ``<config>_ms_per_forward`` and ``<config>_draft_s`` (draft lookups).
+      ``<config>_ms_per_forward``, ``<config>_draft_s`` (draft lookups), ``<config>_prefill_s``
+      and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens).
     * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
       (``<config>_graph_replays`` and the others of
       :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``).
@@ -103,6 +104,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_decode_forwards": int(t["target_forwards"]),
                 f"{c}_forward_s": round(t["forward_s"], 3),
                 f"{c}_draft_s": round(t["draft_s"], 3),
+                f"{c}_prefill_s": round(t["prefill_s"], 3),
+                f"{c}_prefill_forwards": int(t["prefill_forwards"]),
                 f"{c}_ms_per_forward": round(1000 * t["forward_s"] / t["target_forwards"], 3)
                 if t["target_forwards"]
                 else 0.0,

@@ -218,6 +218,7 @@ class Scheduler:
     def _prefill(self, group: list[SequenceState]) -> None:
         """Prefill a group's prompts in one forward; a reused prefix is copied in, not recomputed."""
         device = self.model.device
+        start_time = time.perf_counter()
         row_start, k = len(self.rows), len(group)
         reused = [s.reuse.length if s.reuse is not None else 0 for s in group]
         new = [len(s.request.prompt_ids) - r for s, r in zip(group, reused, strict=True)]
@@ -252,6 +253,7 @@ class Scheduler:
         self._row_params = None
         self.prefill_forwards += 1
         self.counters.add(prefill_forwards=1)
+        self.counters.add_time(prefill=time.perf_counter() - start_time)  # read back: synced
         self._finish_step(
             row_start,
             [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)],

@@ -36,6 +36,7 @@ class SpecStats:
         draft_seconds: Time in draft lookups.
         forward_seconds: Time in decode-phase forwards.
         verify_seconds: Time drawing target tokens and walking the trees.
+        prefill_seconds: Time in prefill forwards (their first token's draw included).
     """
 
     target_forwards: int = 0
@@ -57,6 +58,7 @@ class SpecStats:
     draft_seconds: float = 0.0
     forward_seconds: float = 0.0
     verify_seconds: float = 0.0
+    prefill_seconds: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -89,10 +91,12 @@ class SpecCounters:
         with self._lock:
             self._ints.update(counts)
 
-    def add_time(self, *, draft: float = 0.0, forward: float = 0.0, verify: float = 0.0) -> None:
+    def add_time(
+        self, *, draft: float = 0.0, forward: float = 0.0, verify: float = 0.0, prefill: float = 0.0
+    ) -> None:
         """Add seconds to the time split."""
         with self._lock:
-            self._seconds.update({"draft": draft, "forward": forward, "verify": verify})
+            self._seconds.update({"draft": draft, "forward": forward, "verify": verify, "prefill": prefill})
 
     def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
         """Record one row's verification of a non-empty draft."""
@@ -119,6 +123,7 @@ class SpecCounters:
                 draft_seconds=s["draft"],
                 forward_seconds=s["forward"],
                 verify_seconds=s["verify"],
+                prefill_seconds=s["prefill"],
             )
             if reset:
                 self._ints.clear()
@@ -173,6 +178,7 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
         draft_seconds=a.draft_seconds + sign * b.draft_seconds,
         forward_seconds=a.forward_seconds + sign * b.forward_seconds,
         verify_seconds=a.verify_seconds + sign * b.verify_seconds,
+        prefill_seconds=a.prefill_seconds + sign * b.prefill_seconds,
     )
 
 
