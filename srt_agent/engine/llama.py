@@ -19,6 +19,7 @@ key/value head are folded into the query-length dimension, so attention runs on
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,6 +33,11 @@ from srt_agent.engine.rope import apply_rope, interleave_rows, inverse_frequenci
 
 _GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 """Attention kernels the engine lets SDPA pick on a GPU (not cuDNN's: see :meth:`CausalLM.forward`)."""
+
+
+def _attention_kernels(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """On a GPU, SDPA restricted to :data:`_GPU_ATTENTION`; elsewhere its default choice."""
+    return sdpa_kernel(_GPU_ATTENTION) if device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclass
@@ -174,32 +180,13 @@ class CausalLM:
         logit_index: torch.Tensor | None = None,
         hidden_only: bool = False,
     ) -> torch.Tensor:
-        """Run new tokens of rows ``row_start ..`` through the model (see :meth:`_forward`).
+        """Run new tokens of rows ``row_start ..`` through the model, reading and extending the cache.
 
         On a GPU, attention avoids cuDNN's kernel: it builds an execution plan per input shape,
         and the engine's eager forwards (prefills, steps too wide for a graph) change shape nearly
         every call, so that planning cost more than the attention itself (measured on an H200:
         plain rollouts ran 2-3x slower in bfloat16 with it than in float32, which cuDNN does not
         take). Flash and memory-efficient attention have no per-shape setup.
-        """
-        args = (input_ids, positions, cache, row_start, write_positions, attn_bias, logit_index, hidden_only)
-        if self.device.type != "cuda":
-            return self._forward(*args)
-        with sdpa_kernel(_GPU_ATTENTION):
-            return self._forward(*args)
-
-    def _forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        cache: KVCache,
-        row_start: int,
-        write_positions: torch.Tensor,
-        attn_bias: torch.Tensor,
-        logit_index: torch.Tensor | None = None,
-        hidden_only: bool = False,
-    ) -> torch.Tensor:
-        """Run new tokens of rows ``row_start ..`` through the model, reading and extending the cache.
 
         Args:
             input_ids: ``(B, T)`` new token ids.
@@ -221,51 +208,52 @@ class CausalLM:
         Returns:
             ``(B, T, V)`` logits, or ``(B, V)`` with ``logit_index``, or ``(B, T, E)`` with ``hidden_only``.
         """
-        c = self.config
-        b, t = input_ids.shape
-        n = b * t
-        h, hkv, d = c.num_heads, c.num_kv_heads, c.head_dim
-        g = h // hkv
-        length = attn_bias.shape[-1]
-        e = c.hidden_size
-        table = self.rotations
-        rotations = table[positions.reshape(-1).clamp(max=table.shape[0] - 1)].unsqueeze(1)  # (N, 1, D/2)
-        write_index = cache.write_index(row_start, write_positions)
-        # The G query heads of a kv head are folded into the query dimension: repeat the bias.
-        bias = attn_bias.repeat(1, 1, g, 1) if g > 1 else attn_bias  # (B, 1, G*T, L)
-        x = F.embedding(input_ids.reshape(-1), self.embed)  # (N, E)
-        for i, layer in enumerate(self.layers):
-            hs = F.rms_norm(x, (e,), layer.ln_attn, c.rms_norm_eps)
-            qkv = _matmul(hs, layer.wqkv_t, layer.bqkv).view(n, h + 2 * hkv, d)
-            qk = apply_rope(qkv[:, : h + hkv], rotations)  # (N, H + Hkv, D)
-            kv = torch.cat((qk[:, h:], qkv[:, h + hkv :]), dim=1)  # (N, 2*Hkv, D): keys, values
-            cache.write(i, write_index, kv)
-            keys, values = cache.read(i, row_start, b, length)  # (B, Hkv, L, D)
-            if t == 1:
-                q = qk[:, :h].view(b, hkv, g, d)  # (B, Hkv, G, D), a view
-            else:  # (B, T, Hkv, G, D) -> (B, Hkv, G, T, D) -> (B, Hkv, G*T, D)
-                q = qk[:, :h].reshape(b, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # (B, Hkv, G*T, D)
-            if t == 1:
-                o = o.reshape(n, h * d)
-            else:
-                o = o.view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, h * d)
-            x = torch.addmm(x, o, layer.wo_t)  # residual add fused into the matmul
-            if layer.bo is not None:
-                x = x + layer.bo
-            hs = F.rms_norm(x, (e,), layer.ln_mlp, c.rms_norm_eps)
-            gate_up = _matmul(hs, layer.w_gate_up_t, layer.b_gate_up)  # (N, 2*I)
-            inter = gate_up.shape[-1] // 2
-            x = torch.addmm(x, F.silu(gate_up[:, :inter]) * gate_up[:, inter:], layer.w_down_t)
-            if layer.b_down is not None:
-                x = x + layer.b_down
-        if logit_index is not None:
-            x = x[torch.arange(b, device=x.device) * t + logit_index]  # (B, E)
-            return self.head(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps))
-        hidden = F.rms_norm(x, (e,), self.norm, c.rms_norm_eps)
-        if hidden_only:
-            return hidden.view(b, t, e)
-        return self.head(hidden).view(b, t, -1)
+        with _attention_kernels(self.device):
+            c = self.config
+            b, t = input_ids.shape
+            n = b * t
+            h, hkv, d = c.num_heads, c.num_kv_heads, c.head_dim
+            g = h // hkv
+            length = attn_bias.shape[-1]
+            e = c.hidden_size
+            table = self.rotations
+            rotations = table[positions.reshape(-1).clamp(max=table.shape[0] - 1)].unsqueeze(1)  # (N, 1, D/2)
+            write_index = cache.write_index(row_start, write_positions)
+            # The G query heads of a kv head are folded into the query dimension: repeat the bias.
+            bias = attn_bias.repeat(1, 1, g, 1) if g > 1 else attn_bias  # (B, 1, G*T, L)
+            x = F.embedding(input_ids.reshape(-1), self.embed)  # (N, E)
+            for i, layer in enumerate(self.layers):
+                hs = F.rms_norm(x, (e,), layer.ln_attn, c.rms_norm_eps)
+                qkv = _matmul(hs, layer.wqkv_t, layer.bqkv).view(n, h + 2 * hkv, d)
+                qk = apply_rope(qkv[:, : h + hkv], rotations)  # (N, H + Hkv, D)
+                kv = torch.cat((qk[:, h:], qkv[:, h + hkv :]), dim=1)  # (N, 2*Hkv, D): keys, values
+                cache.write(i, write_index, kv)
+                keys, values = cache.read(i, row_start, b, length)  # (B, Hkv, L, D)
+                if t == 1:
+                    q = qk[:, :h].view(b, hkv, g, d)  # (B, Hkv, G, D), a view
+                else:  # (B, T, Hkv, G, D) -> (B, Hkv, G, T, D) -> (B, Hkv, G*T, D)
+                    q = qk[:, :h].reshape(b, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * t, d)
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # (B, Hkv, G*T, D)
+                if t == 1:
+                    o = o.reshape(n, h * d)
+                else:
+                    o = o.view(b, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(n, h * d)
+                x = torch.addmm(x, o, layer.wo_t)  # residual add fused into the matmul
+                if layer.bo is not None:
+                    x = x + layer.bo
+                hs = F.rms_norm(x, (e,), layer.ln_mlp, c.rms_norm_eps)
+                gate_up = _matmul(hs, layer.w_gate_up_t, layer.b_gate_up)  # (N, 2*I)
+                inter = gate_up.shape[-1] // 2
+                x = torch.addmm(x, F.silu(gate_up[:, :inter]) * gate_up[:, inter:], layer.w_down_t)
+                if layer.b_down is not None:
+                    x = x + layer.b_down
+            if logit_index is not None:
+                x = x[torch.arange(b, device=x.device) * t + logit_index]  # (B, E)
+                return self.head(F.rms_norm(x, (e,), self.norm, c.rms_norm_eps))
+            hidden = F.rms_norm(x, (e,), self.norm, c.rms_norm_eps)
+            if hidden_only:
+                return hidden.view(b, t, e)
+            return self.head(hidden).view(b, t, -1)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``(K, V)`` of final normed hidden states ``(K, E)`` (see ``hidden_only``)."""
