@@ -327,7 +327,8 @@ def serve_cmd(
     model_dir = _model_dir(model)
     try:
         serve(model_dir, host=host, port=port, spec=spec, max_batch=max_batch, device=device,
-              seed=seed, threads=threads, console=console, spec_options=options)  # fmt: skip
+              seed=seed, threads=threads, console=console, cache=options.cache,
+              spec_config=options.engine_config())  # fmt: skip
     except (OSError, ValueError) as exc:  # port taken, bad device, unloadable model
         raise _report_error(exc) from None
 

@@ -11,7 +11,8 @@ from rich.console import Console
 from srt_agent.serving.server import EngineServer
 
 if TYPE_CHECKING:
-    from srt_agent.config.sections import SpecSection
+    from srt_agent.engine.speculation.config import SpecConfig
+    from srt_agent.tree_cache import TreeCacheConfig
 
 __all__ = ["serve"]
 
@@ -27,7 +28,8 @@ def serve(
     seed: int | None,
     threads: int | None,
     console: Console,
-    spec_options: SpecSection | None = None,
+    cache: TreeCacheConfig | None = None,
+    spec_config: SpecConfig | None = None,
 ) -> None:
     """Load the model and answer requests until Ctrl-C (what ``srt-agent serve`` runs).
 
@@ -41,20 +43,19 @@ def serve(
         seed: The engine's seed for requests without ``sampling_seed``.
         threads: Torch CPU threads.
         console: Where the banner goes.
-        spec_options: The tree cache and speculation settings (a run config's ``spec`` section).
+        cache: The tree cache's settings (a run config's ``spec.cache``; default: the defaults).
+        spec_config: The engine's speculation settings (a run config's ``spec``).
     """
-    from srt_agent.config.sections import SpecSection
     from srt_agent.devices import resolve_device
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.tree_cache import TreeCache
 
-    options = spec_options or SpecSection()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     engine = TorchEngine(
         model_dir,
         max_batch_size=max_batch,
-        draft_source=TreeCache(options.cache) if spec else None,
-        spec=options.engine_config(),
+        draft_source=TreeCache(cache) if spec else None,
+        spec=spec_config,
         device=resolve_device(device),
         seed=seed,
         num_threads=threads,
