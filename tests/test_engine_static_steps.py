@@ -160,7 +160,9 @@ def test_static_steps_need_a_full_size_cache(model_dir: Path) -> None:
         with pytest.raises(ValueError, match="CUDA device"):
             StepGraphs(eng.model, full, max_width=1, capture=True)
         steps = StepGraphs(eng.model, full, max_width=9, capture=False)
-        assert steps.max_width == 16 and steps.fits(8, 16) and not steps.fits(9, 1) and not steps.fits(1, 17)
+        # One row is kept spare (prefills' padding rows write there): 7 rows of steps.
+        assert steps.max_width == 16 and steps.fits(7, 16) and not steps.fits(8, 1) and not steps.fits(1, 17)
+        assert steps.fits_prefill(7, 16, 48) and not steps.fits_prefill(7, 17, 48)  # 48 + 32 > 64
 
 
 def test_wide_trees_fall_back_to_the_eager_verifier(model_dir: Path) -> None:
@@ -172,3 +174,24 @@ def test_wide_trees_fall_back_to_the_eager_verifier(model_dir: Path) -> None:
     with _spec_engine(model_dir, source, spec=wide, cuda_graphs=True) as eng:
         out = eng.generate(REQUESTS)
     _same(ref, out)
+
+
+def test_prefills_run_as_static_steps_and_long_ones_eagerly(model_dir: Path, tmp_path: Path) -> None:
+    long_model = save_random_model(tmp_path / "long", seed=2, init_std=0.15, max_position_embeddings=2048)
+    reqs = [
+        GenerationRequest(
+            "short", tuple(range(1, 30)), SamplingParams(temperature=1.0, seed=1, max_new_tokens=5)
+        ),
+        GenerationRequest(
+            "long", tuple(i % 90 + 1 for i in range(1100)), SamplingParams(seed=2, max_new_tokens=5)
+        ),
+        GenerationRequest("greedy", tuple(range(5, 60)), SamplingParams(temperature=0.0, max_new_tokens=5)),
+    ]
+    outs = []
+    for static in (False, True):
+        with TorchEngine(long_model, max_batch_size=4, cuda_graphs=static) as eng:
+            outs.append([eng.generate([r])[0] for r in reqs])  # one prefill each
+            if static:
+                assert eng.graphs is not None
+                assert eng.graphs.prefills == 2  # the 1100-token prompt (> MAX_PREFILL) ran eagerly
+    _same(outs[0], outs[1])

@@ -313,7 +313,8 @@ def run_rollout_bench(
         on_round: Called with each batch's result as it completes (progress output).
         engine_figures: If given, receives each TorchEngine configuration's static-step figures
             at the end: ``<config>_graph_shapes``, ``<config>_graph_replays``,
-            ``<config>_static_eager_steps``, ``<config>_decode_steps`` and, if a capture failed,
+            ``<config>_static_eager_steps``, ``<config>_static_prefills``, ``<config>_decode_steps``
+            and, if a capture failed,
             ``<config>_graph_error``.
 
     Returns:
@@ -373,6 +374,7 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
         f"{arm.name}_graph_shapes": stats.graph_shapes,
         f"{arm.name}_graph_replays": stats.graph_replays,
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
+        f"{arm.name}_static_prefills": stats.static_prefills,
         f"{arm.name}_decode_steps": stats.decode_steps,
     }
     if stats.graph_error is not None:

@@ -94,13 +94,14 @@ class KVCache:
         grown[:, :, : self.rows, :, : self.positions] = self.data
         self.data = grown
 
-    def write_index(self, row_start: int, positions: torch.Tensor) -> torch.Tensor:
+    def write_index(self, row_start: int | torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Flat indices (into :meth:`write`'s view) of new tokens' keys and values, for every layer.
 
         Computed once per forward, so each layer's write is a single ``index_copy_``.
 
         Args:
-            row_start: First row of the forward's contiguous row range.
+            row_start: First row of the forward's contiguous row range, or a ``(B,)`` int64
+                tensor of the rows themselves (on the device: a CUDA graph can take it as input).
             positions: ``(B, T)`` int64 cache positions to write (within capacity, distinct).
 
         Returns:
@@ -108,7 +109,11 @@ class KVCache:
         """
         _, _, rows_cap, hkv, seq_cap, _ = self.data.shape
         device = positions.device
-        rows = torch.arange(row_start, row_start + positions.shape[0], device=device)
+        rows = (
+            torch.arange(row_start, row_start + positions.shape[0], device=device)
+            if isinstance(row_start, int)
+            else row_start
+        )
         kind = torch.arange(2, device=device)  # 0 = key, 1 = value
         heads = torch.arange(hkv, device=device)
         # Row-major offset of (kind, row, head, position) in the (2, R, Hkv, S) leading dims.
@@ -130,20 +135,23 @@ class KVCache:
         flat.index_copy_(0, index, kv.reshape(-1, kv.shape[-1]))
 
     def read(
-        self, layer: int, row_start: int, num_rows: int, length: int
+        self, layer: int, row_start: int | torch.Tensor, num_rows: int, length: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of positions ``0 .. length-1`` of a row range, as views (no copy).
 
         Args:
             layer: Decoder layer.
-            row_start: First row.
+            row_start: First row, or a ``(B,)`` int64 tensor of rows (then gathered: a copy).
             num_rows: Number of rows.
             length: Positions to read.
 
         Returns:
             ``(keys, values)``, each ``(B, Hkv, length, D)``.
         """
-        kv = self.data[layer, :, row_start : row_start + num_rows, :, :length]
+        if isinstance(row_start, int):
+            kv = self.data[layer, :, row_start : row_start + num_rows, :, :length]
+        else:
+            kv = self.data[layer][:, row_start, :, :length]  # (2, B, Hkv, length, D)
         return kv[0], kv[1]
 
     def move_row(self, src: int, dst: int, length: int) -> None:

@@ -174,7 +174,7 @@ class CausalLM:
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         cache: KVCache,
-        row_start: int,
+        row_start: int | torch.Tensor,
         write_positions: torch.Tensor,
         attn_bias: torch.Tensor,
         logit_index: torch.Tensor | None = None,
@@ -192,7 +192,8 @@ class CausalLM:
             input_ids: ``(B, T)`` new token ids.
             positions: ``(B, T)`` RoPE position of each new token.
             cache: The KV cache; rows ``row_start .. row_start + B - 1`` are this batch.
-            row_start: First cache row of the batch.
+            row_start: First cache row of the batch, or a ``(B,)`` int64 tensor of its rows (any
+                rows: their keys and values are gathered; how a captured prefill takes its rows).
             write_positions: ``(B, T)`` cache position each new token's key/value is stored at.
             attn_bias: ``(B, 1, T, L)`` additive bias (0 or -inf) over cache positions ``0 .. L-1``,
                 which must include the new tokens' write positions.

@@ -216,8 +216,10 @@ class Scheduler:
         return torch.tensor(values, dtype=torch.float32, device=self.model.device)
 
     def _prefill(self, group: list[SequenceState]) -> None:
-        """Prefill a group's prompts in one forward; a reused prefix is copied in, not recomputed."""
-        device = self.model.device
+        """Prefill a group's prompts in one forward; a reused prefix is copied in, not recomputed.
+
+        On static steps (CUDA graphs) when the group fits them, else eagerly.
+        """
         start_time = time.perf_counter()
         row_start, k = len(self.rows), len(group)
         reused = [s.reuse.length if s.reuse is not None else 0 for s in group]
@@ -226,21 +228,26 @@ class Scheduler:
         length = max(reused) + t
         try:
             self.cache.reserve(row_start + k, length)
-            ids = torch.zeros((k, t), dtype=torch.long)
             for i, s in enumerate(group):
                 if s.reuse is not None:
                     self.cache.data[:, :, row_start + i, :, : reused[i]] = s.reuse.kv[:, :, :, : reused[i]]
                     s.reuse = None  # drop the reference: the store may evict the entry
-                ids[i, : new[i]] = torch.tensor(s.request.prompt_ids[reused[i] :], dtype=torch.long)
-            start = torch.tensor(reused, device=device)[:, None]
-            positions = start + torch.arange(t, device=device)[None, :]  # (k, T)
-            bias = causal_bias(reused, t, length, self.model.dtype, device)  # (k, 1, T, L)
-            last = torch.tensor(new, device=device) - 1
-            logits = self.model.forward(
-                ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
-            )  # (k, V)
-            rows = RowParams.build([s.request.params for s in group], self.model.config.vocab_size, device)
-            tokens, logprobs = sample(logits, rows, self._uniforms(group, rows))
+            graphs = self.graphs
+            if graphs is not None and graphs.fits_prefill(k, t, max(reused)):
+                params = [s.request.params for s in group]
+                uniforms = (
+                    [
+                        s.next_uniform() if p.temperature > 0 else 0.0
+                        for s, p in zip(group, params, strict=True)
+                    ]
+                    if any(p.temperature > 0 for p in params)
+                    else None
+                )
+                prompts = [s.request.prompt_ids[r:] for s, r in zip(group, reused, strict=True)]
+                draws = graphs.prefill(prompts, reused, row_start, uniforms, params)
+                first, first_logprobs = [d[0] for d in draws.tokens], [d[0] for d in draws.logprobs]
+            else:
+                first, first_logprobs = self._eager_prefill(group, row_start, reused, new)
         except Exception as exc:  # isolate: only this prefill group fails
             log.exception("prefill failed")
             for s in group:
@@ -256,9 +263,30 @@ class Scheduler:
         self.counters.add_time(prefill=time.perf_counter() - start_time)  # read back: synced
         self._finish_step(
             row_start,
-            [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)],
+            [Emitted([t], [lp]) for t, lp in zip(first, first_logprobs, strict=True)],
             prefill=True,
         )
+
+    def _eager_prefill(
+        self, group: list[SequenceState], row_start: int, reused: list[int], new: list[int]
+    ) -> tuple[list[int], list[float]]:
+        """The group's prefill forward, eagerly; each row's first token and its logprob."""
+        device = self.model.device
+        k, t = len(group), max(new)
+        length = max(reused) + t
+        ids = torch.zeros((k, t), dtype=torch.long)
+        for i, s in enumerate(group):
+            ids[i, : new[i]] = torch.tensor(s.request.prompt_ids[reused[i] :], dtype=torch.long)
+        start = torch.tensor(reused, device=device)[:, None]
+        positions = start + torch.arange(t, device=device)[None, :]  # (k, T)
+        bias = causal_bias(reused, t, length, self.model.dtype, device)  # (k, 1, T, L)
+        last = torch.tensor(new, device=device) - 1
+        logits = self.model.forward(
+            ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
+        )  # (k, V)
+        rows = RowParams.build([s.request.params for s in group], self.model.config.vocab_size, device)
+        tokens, logprobs = sample(logits, rows, self._uniforms(group, rows))
+        return tokens.tolist(), logprobs.tolist()
 
     def _decode(self) -> None:
         b = len(self.rows)

@@ -28,6 +28,12 @@ draws of ``spec.draws='all'``, so a row gets the same tokens as on the eager pat
 positions are causal chains whose draws are discarded; padding rows write only into cache rows that
 no sequence holds, padding positions only past a row's tree (stale positions, free by contract).
 
+**Prefills** of new prompt parts up to :data:`MAX_PREFILL` tokens run the same way (rows and new
+tokens bucketed, a causal mask after each row's reused prefix, the draw at each row's last prompt
+token). Their rows follow the running ones, wherever those end, so a prefill graph takes its rows
+as a device tensor (keys and values are gathered, not sliced); its padding rows write into one
+spare cache row kept for that.
+
 With ``capture=False`` the same static-shape steps run eagerly: that is how the CPU tests check this
 path against the engine's plain one, and the fallback when a capture fails on a device.
 """
@@ -55,8 +61,14 @@ MIN_SPAN = 256
 MAX_WIDTH = 32
 """Widest tree (root included) a graph takes; wider steps run on the engine's eager path."""
 
+MIN_PREFILL = 16
+"""Fewest new tokens per row a prefill graph is shaped for (shorter prompts share it)."""
+
+MAX_PREFILL = 1024
+"""Most new tokens per row a prefill graph takes; longer prompts prefill on the eager path."""
+
 _Flags = tuple[bool, bool, bool, bool]  # all_greedy, any_greedy, scaled, any_filter
-_Key = tuple[int, int, int, _Flags]  # rows, width, span, sampling flags
+_Key = tuple[str, int, int, int, _Flags]  # step kind, rows, width (new tokens), span, sampling flags
 
 
 def bucket(n: int, floor: int = 1) -> int:
@@ -94,7 +106,8 @@ class StepGraphs:
     Args:
         model: The target model.
         cache: The engine's KV cache, allocated at its full size (``rows == max_rows`` and
-            ``positions == max_positions``); rows past the running ones are padding's scratch.
+            ``positions == max_positions``); rows past the running ones are padding's scratch,
+            and its last row is kept for the padding rows of prefills (no sequence holds it).
         max_width: Widest tree a step will ask for (root included; rounded up to a power of two
             and capped at :data:`MAX_WIDTH`); the cache needs that many positions of slack.
         capture: Capture CUDA graphs (on a CUDA device); ``False`` runs the same steps eagerly.
@@ -112,15 +125,22 @@ class StepGraphs:
         self.model = model
         self.cache = cache
         self.capture = capture
-        self.max_rows = cache.rows
+        self.max_rows = cache.rows - 1  # the last row is the prefills' padding row
+        if self.max_rows < 1:
+            raise ValueError("static steps need a KV cache of at least 2 rows (one is kept spare)")
+        self.spare_row = cache.rows - 1
         self.max_width = min(bucket(max_width), MAX_WIDTH)
         self.max_span = cache.positions
-        n = self.max_rows * self.max_width
+        rows = bucket(self.max_rows)
+        n = rows * self.max_width
         pinned = device.type == "cuda"
-        # Layout per shape (Bb, Tb), n = Bb * Tb: ints = ids, masks, depths (n each), then prefix,
+        # Layouts, n = Bb * Tb. Decode/verify: ints = ids, masks, depths (n each), then prefix,
         # top_k, greedy (Bb each); floats = uniforms (n), then temperature, top_p (Bb each).
-        self._ints_host = torch.zeros(3 * n + 3 * self.max_rows, dtype=torch.long, pin_memory=pinned)
-        self._floats_host = torch.zeros(n + 2 * self.max_rows, dtype=torch.float32, pin_memory=pinned)
+        # Prefill: ints = ids (n), then prefix, last, rows, top_k, greedy; floats = uniforms,
+        # temperature, top_p (Bb each).
+        ints = max(3 * n + 3 * rows, rows * MAX_PREFILL + 5 * rows)
+        self._ints_host = torch.zeros(ints, dtype=torch.long, pin_memory=pinned)
+        self._floats_host = torch.zeros(n + 2 * rows, dtype=torch.float32, pin_memory=pinned)
         # numpy views of the pinned buffers: filling them from Python lists is ~10x cheaper than
         # building a tensor per step (a decode step's inputs are a few hundred numbers).
         self._ints_np = self._ints_host.numpy()
@@ -131,8 +151,9 @@ class StepGraphs:
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # where graphs are captured (made on first use)
         self.captures = 0  # graphs captured
-        self.replays = 0  # steps run through a captured graph
-        self.eager_steps = 0  # static steps run eagerly (capture off, or it failed)
+        self.replays = 0  # decode and verify steps run through a captured graph
+        self.eager_steps = 0  # static decode and verify steps run eagerly (capture off, or it failed)
+        self.prefills = 0  # prefills run as static steps (replayed or eager)
         self.capture_error: str | None = None  # why capturing was turned off, if it was
         self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
 
@@ -142,7 +163,18 @@ class StepGraphs:
 
     def fits(self, rows: int, width: int) -> bool:
         """Whether a step of ``rows`` rows and trees of ``width`` positions can run here."""
-        return rows <= self.max_rows and width <= self.max_width
+        return bucket(rows) <= self.max_rows + 1 and rows <= self.max_rows and width <= self.max_width
+
+    def fits_prefill(self, rows: int, new_tokens: int, reused: int) -> bool:
+        """Whether a prefill can run here.
+
+        Args:
+            rows: Rows prefilled together.
+            new_tokens: The most new tokens of a row.
+            reused: The longest reused prefix of a row (cached positions before the new ones).
+        """
+        width = bucket(new_tokens, MIN_PREFILL)
+        return rows <= self.max_rows and width <= MAX_PREFILL and reused + width <= self.max_span
 
     def run(
         self,
@@ -181,20 +213,74 @@ class StepGraphs:
         span = min(bucket(need, MIN_SPAN), self.max_span)
         flags = _flags(params, self.model.config.vocab_size)
         self._fill(ids, prefix, parents, uniforms, params, bb, tb)
-        key = (bb, tb, span, flags)
-        entry = self._graphs.get(key)
-        if entry is None:
-            entry = self._graphs[key] = self._build(bb, tb, span, flags)
-        if entry.graph is not None:
-            entry.graph.replay()
-            assert entry.out is not None
-            out = entry.out
+        out, replayed = self._launch(("step", bb, tb, span, flags))
+        if replayed:
             self.replays += 1
         else:
-            out = entry.run()
             self.eager_steps += 1
         values = out[:, :rows, :width].cpu()  # the step's one sync
         return StepDraws(values[0].long().tolist(), values[1].tolist())
+
+    def prefill(
+        self,
+        ids: Sequence[Sequence[int]],
+        prefix: Sequence[int],
+        row_start: int,
+        uniforms: Sequence[float] | None,
+        params: Sequence[SamplingParams],
+    ) -> StepDraws:
+        """Prefill new prompt parts into rows ``row_start ..`` and draw each row's first token.
+
+        Args:
+            ids: Per row, the prompt tokens not yet cached (at least one).
+            prefix: Per row, the positions already cached (a reused prefix, copied in before).
+            row_start: The first row (rows follow each other).
+            uniforms: Per row, the uniform of its first token; ``None`` if all greedy.
+            params: Per row, its sampling parameters.
+
+        Returns:
+            One token and its logprob per row.
+
+        Raises:
+            ValueError: The prefill does not fit (:meth:`fits_prefill`).
+        """
+        rows = len(ids)
+        longest = max(len(r) for r in ids)
+        if not self.fits_prefill(rows, longest, max(prefix)) or row_start + rows > self.max_rows:
+            raise ValueError(
+                f"a prefill of {rows} rows x {longest} new tokens does not fit the static shapes"
+            )
+        kb, tb = bucket(rows), bucket(longest, MIN_PREFILL)
+        span = min(bucket(max(prefix) + tb, MIN_SPAN), self.max_span)
+        flags = _flags(params, self.model.config.vocab_size)
+        pad = kb - rows
+        flat: list[int] = []
+        for r in ids:
+            flat.extend(r)
+            flat.extend([0] * (tb - len(r)))
+        flat.extend([0] * (tb * pad))
+        self._fill_params(
+            [*flat, *prefix, *([0] * pad), *(len(r) - 1 for r in ids), *([tb - 1] * pad)],
+            [*range(row_start, row_start + rows), *([self.spare_row] * pad)],
+            [*uniforms, *([0.5] * pad)] if uniforms is not None else [0.5] * kb,
+            params,
+            pad,
+        )
+        out, _ = self._launch(("prefill", kb, tb, span, flags))
+        self.prefills += 1
+        values = out[:, :rows].cpu()  # the prefill's one sync
+        return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
+
+    def _launch(self, key: _Key) -> tuple[torch.Tensor, bool]:
+        """Run the step of ``key`` on the inputs just filled: its output, and whether it was a replay."""
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._build(key)
+        if entry.graph is not None:
+            entry.graph.replay()
+            assert entry.out is not None
+            return entry.out, True
+        return entry.run(), False
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -210,7 +296,6 @@ class StepGraphs:
     ) -> None:
         """Write the step's inputs in shape ``(bb, tb)``'s layout and copy them to the device."""
         rows = len(ids)
-        vocab = self.model.config.vocab_size
         pad = bb - rows
         if tb == 1:  # plain decode: every row is a lone root
             flat_ids = [r[0] for r in ids] + [0] * pad
@@ -236,14 +321,30 @@ class StepGraphs:
                 flat_ids.extend([0] * (tb - len(row)))
                 masks.extend(row_masks)
                 depths.extend(row_depths)
+        self._fill_params([*flat_ids, *masks, *depths, *prefix, *([0] * pad)], [], flat_u, params, pad)
+
+    def _fill_params(
+        self,
+        ints: list[int],
+        rows: list[int],
+        uniforms: list[float],
+        params: Sequence[SamplingParams],
+        pad: int,
+    ) -> None:
+        """Append the rows' sampling parameters to a step's inputs and copy them to the device.
+
+        Integers: ``ints``, ``rows``, then top-k and greedy flags; floats: ``uniforms``, then
+        temperatures and top-p (padding rows: unfiltered, temperature 1).
+        """
+        vocab = self.model.config.vocab_size
         top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params] + [vocab] * pad
         greedy = [int(p.temperature == 0) for p in params] + [0] * pad
         temps = [p.temperature if p.temperature > 0 else 1.0 for p in params] + [1.0] * pad
         top_p = [p.top_p for p in params] + [1.0] * pad
-        ints = [*flat_ids, *masks, *depths, *prefix, *([0] * pad), *top_k, *greedy]
-        floats = [*flat_u, *temps, *top_p]
-        n_int, n_float = len(ints), len(floats)
-        self._ints_np[:n_int] = ints
+        all_ints = [*ints, *rows, *top_k, *greedy]
+        floats = [*uniforms, *temps, *top_p]
+        n_int, n_float = len(all_ints), len(floats)
+        self._ints_np[:n_int] = all_ints
         self._floats_np[:n_float] = floats
         # The previous step ended with a device-to-host read, so no copy from these pinned
         # buffers is still in flight when they are refilled.
@@ -252,9 +353,10 @@ class StepGraphs:
 
     # --- shapes -------------------------------------------------------------------------------
 
-    def _build(self, bb: int, tb: int, span: int, flags: _Flags) -> _Graph:
+    def _build(self, key: _Key) -> _Graph:
         """The step of one shape: captured as a graph if possible, else run eagerly."""
-        run = self._step_fn(bb, tb, span, flags)
+        kind, bb, tb, span, flags = key
+        run = (self._step_fn if kind == "step" else self._prefill_fn)(bb, tb, span, flags)
         if not self.capture:
             return _Graph(run)
         start = time.perf_counter()
@@ -325,6 +427,38 @@ class StepGraphs:
             )
             tokens, logprobs = sample(logits, rows, None if all_greedy else uniforms, host_sync=False)
             return torch.stack((tokens.double(), logprobs.double()))  # (2, Bb, Tb): one read back
+
+        return run
+
+    def _prefill_fn(self, kb: int, tb: int, span: int, flags: _Flags) -> Callable[[], torch.Tensor]:
+        """The prefill of shape ``(kb, tb, span)``, reading its inputs through fixed views."""
+        n = kb * tb
+        ints, floats = self._ints, self._floats
+        ids = ints[:n].view(kb, tb)
+        prefix = ints[n : n + kb]
+        last = ints[n + kb : n + 2 * kb]
+        rows = ints[n + 2 * kb : n + 3 * kb]
+        top_k = ints[n + 3 * kb : n + 4 * kb]
+        greedy = ints[n + 4 * kb : n + 5 * kb]
+        uniforms = floats[:kb]
+        temperature = floats[kb : 2 * kb]
+        top_p = floats[2 * kb : 3 * kb]
+        all_greedy, any_greedy, scaled, any_filter = flags
+        model, cache = self.model, self.cache
+
+        @torch.inference_mode()
+        def run() -> torch.Tensor:
+            positions = prefix[:, None] + torch.arange(tb, device=ids.device)[None, :]  # (Kb, Tb)
+            cols = torch.arange(span, device=ids.device)
+            blocked = cols[None, None, :] > positions[:, :, None]  # causal after the prefix
+            bias = torch.zeros(blocked.shape, dtype=model.dtype, device=ids.device)
+            bias = bias.masked_fill_(blocked, float("-inf"))[:, None]  # (Kb, 1, Tb, L)
+            logits = model.forward(ids, positions, cache, rows, positions, bias, logit_index=last)  # (Kb, V)
+            params = RowParams(
+                temperature, top_k, top_p, greedy != 0, any_filter, all_greedy, any_greedy, scaled
+            )
+            tokens, logprobs = sample(logits, params, None if all_greedy else uniforms, host_sync=False)
+            return torch.stack((tokens.double(), logprobs.double()))  # (2, Kb): one read back
 
         return run
 

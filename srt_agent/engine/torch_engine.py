@@ -64,6 +64,7 @@ class EngineStats:
         graph_replays: Decode and verify steps run by replaying a CUDA graph.
         static_eager_steps: Static-shape steps run eagerly (``cuda_graphs`` on a CPU, or after a
             failed capture).
+        static_prefills: Prefills run as static-shape steps (graph replays on a GPU).
         graph_error: Why capturing was turned off, if a capture failed.
     """
 
@@ -79,6 +80,7 @@ class EngineStats:
     graph_shapes: int = 0
     graph_replays: int = 0
     static_eager_steps: int = 0
+    static_prefills: int = 0
     graph_error: str | None = None
 
 
@@ -182,10 +184,11 @@ class TorchEngine:
         static = cuda_graphs if cuda_graphs is not None else device.type == "cuda"
         # A verify forward writes up to max_draft_tokens positions past a row's last real one
         # (padding of shorter trees included), so the cache has that much slack past the context;
-        # static steps pad trees to a power of two, and rows too (padding rows use spare rows).
+        # static steps pad trees to a power of two.
         width = 1 + self.spec.max_draft_tokens if drafting else 1
         slack = bucket(width) if static else width - 1
-        rows = bucket(max_batch_size) if static else max_batch_size
+        # Static steps pad rows to a power of two and keep one spare row for prefills' padding.
+        rows = bucket(max_batch_size) + 1 if static else max_batch_size
         positions = self._max_context + slack
         cache = KVCache(
             c.num_layers,
@@ -249,6 +252,7 @@ class TorchEngine:
             graph_shapes=graphs.captures if graphs is not None else 0,
             graph_replays=graphs.replays if graphs is not None else 0,
             static_eager_steps=graphs.eager_steps if graphs is not None else 0,
+            static_prefills=graphs.prefills if graphs is not None else 0,
             graph_error=graphs.capture_error if graphs is not None else None,
         )
 
