@@ -49,9 +49,9 @@ from dataclasses import dataclass
 import torch
 
 from srt_agent.contracts.generation import SamplingParams
-from srt_agent.engine.kv_cache import KVCache, mask_bias
+from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
-from srt_agent.engine.sampling import RowParams, sample
+from srt_agent.engine.step_bodies import Flags, prefill_step, sampling_flags, tree_step
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,7 @@ MIN_PREFILL = 16
 MAX_PREFILL = 1024
 """Most new tokens per row a prefill graph takes; longer prompts prefill on the eager path."""
 
-_Flags = tuple[bool, bool, bool, bool]  # all_greedy, any_greedy, scaled, any_filter
-_Key = tuple[str, int, int, int, _Flags]  # step kind, rows, width (new tokens), span, sampling flags
+_Key = tuple[str, int, int, int, Flags]  # step kind, rows, width (new tokens), span, sampling flags
 
 
 def bucket(n: int, floor: int = 1) -> int:
@@ -134,10 +133,7 @@ class StepGraphs:
         rows = bucket(self.max_rows)
         n = rows * self.max_width
         pinned = device.type == "cuda"
-        # Layouts, n = Bb * Tb. Decode/verify: ints = ids, masks, depths (n each), then prefix,
-        # top_k, greedy (Bb each); floats = uniforms (n), then temperature, top_p (Bb each).
-        # Prefill: ints = ids (n), then prefix, last, rows, top_k, greedy; floats = uniforms,
-        # temperature, top_p (Bb each).
+        # Sized for the larger of the two input layouts (see srt_agent.engine.step_bodies).
         ints = max(3 * n + 3 * rows, rows * MAX_PREFILL + 5 * rows)
         self._ints_host = torch.zeros(ints, dtype=torch.long, pin_memory=pinned)
         self._floats_host = torch.zeros(n + 2 * rows, dtype=torch.float32, pin_memory=pinned)
@@ -211,7 +207,7 @@ class StepGraphs:
         if need > self.max_span:
             raise ValueError(f"a step needs {need} cache positions; the cache has {self.max_span}")
         span = min(bucket(need, MIN_SPAN), self.max_span)
-        flags = _flags(params, self.model.config.vocab_size)
+        flags = sampling_flags(params, self.model.config.vocab_size)
         self._fill(ids, prefix, parents, uniforms, params, bb, tb)
         out, replayed = self._launch(("step", bb, tb, span, flags))
         if replayed:
@@ -252,7 +248,7 @@ class StepGraphs:
             )
         kb, tb = bucket(rows), bucket(longest, MIN_PREFILL)
         span = min(bucket(max(prefix) + tb, MIN_SPAN), self.max_span)
-        flags = _flags(params, self.model.config.vocab_size)
+        flags = sampling_flags(params, self.model.config.vocab_size)
         pad = kb - rows
         flat: list[int] = []
         for r in ids:
@@ -356,7 +352,8 @@ class StepGraphs:
     def _build(self, key: _Key) -> _Graph:
         """The step of one shape: captured as a graph if possible, else run eagerly."""
         kind, bb, tb, span, flags = key
-        run = (self._step_fn if kind == "step" else self._prefill_fn)(bb, tb, span, flags)
+        body = tree_step if kind == "step" else prefill_step
+        run = body(self.model, self.cache, self._ints, self._floats, bb, tb, span, flags)
         if not self.capture:
             return _Graph(run)
         start = time.perf_counter()
@@ -397,76 +394,3 @@ class StepGraphs:
             graph.capture_end()
         current.wait_stream(side)
         return graph, out
-
-    def _step_fn(self, bb: int, tb: int, span: int, flags: _Flags) -> Callable[[], torch.Tensor]:
-        """The step of shape ``(bb, tb, span)``, reading its inputs through fixed views."""
-        n = bb * tb
-        ints, floats = self._ints, self._floats
-        ids = ints[:n].view(bb, tb)
-        masks = ints[n : 2 * n].view(bb, tb)
-        depths = ints[2 * n : 3 * n].view(bb, tb)
-        prefix = ints[3 * n : 3 * n + bb]
-        top_k = ints[3 * n + bb : 3 * n + 2 * bb]
-        greedy = ints[3 * n + 2 * bb : 3 * n + 3 * bb]
-        uniforms = floats[:n].view(bb, tb)
-        temperature = floats[n : n + bb]
-        top_p = floats[n + bb : n + 2 * bb]
-        all_greedy, any_greedy, scaled, any_filter = flags
-        model, cache = self.model, self.cache
-
-        @torch.inference_mode()
-        def run() -> torch.Tensor:
-            offsets = torch.arange(tb, device=ids.device)
-            positions = prefix[:, None] + depths  # (Bb, Tb): RoPE position = cached length + depth
-            write = prefix[:, None] + offsets[None, :]  # (Bb, Tb): node j is stored at prefix + j
-            bias = mask_bias(prefix, masks, span, model.dtype)  # (Bb, 1, Tb, L)
-            hidden = model.forward(ids, positions, cache, 0, write, bias, hidden_only=True)  # (Bb, Tb, E)
-            logits = model.head(hidden.view(n, -1)).view(bb, tb, -1)  # (Bb, Tb, V)
-            rows = RowParams(
-                temperature, top_k, top_p, greedy != 0, any_filter, all_greedy, any_greedy, scaled
-            )
-            tokens, logprobs = sample(logits, rows, None if all_greedy else uniforms, host_sync=False)
-            return torch.stack((tokens.double(), logprobs.double()))  # (2, Bb, Tb): one read back
-
-        return run
-
-    def _prefill_fn(self, kb: int, tb: int, span: int, flags: _Flags) -> Callable[[], torch.Tensor]:
-        """The prefill of shape ``(kb, tb, span)``, reading its inputs through fixed views."""
-        n = kb * tb
-        ints, floats = self._ints, self._floats
-        ids = ints[:n].view(kb, tb)
-        prefix = ints[n : n + kb]
-        last = ints[n + kb : n + 2 * kb]
-        rows = ints[n + 2 * kb : n + 3 * kb]
-        top_k = ints[n + 3 * kb : n + 4 * kb]
-        greedy = ints[n + 4 * kb : n + 5 * kb]
-        uniforms = floats[:kb]
-        temperature = floats[kb : 2 * kb]
-        top_p = floats[2 * kb : 3 * kb]
-        all_greedy, any_greedy, scaled, any_filter = flags
-        model, cache = self.model, self.cache
-
-        @torch.inference_mode()
-        def run() -> torch.Tensor:
-            positions = prefix[:, None] + torch.arange(tb, device=ids.device)[None, :]  # (Kb, Tb)
-            cols = torch.arange(span, device=ids.device)
-            blocked = cols[None, None, :] > positions[:, :, None]  # causal after the prefix
-            bias = torch.zeros(blocked.shape, dtype=model.dtype, device=ids.device)
-            bias = bias.masked_fill_(blocked, float("-inf"))[:, None]  # (Kb, 1, Tb, L)
-            logits = model.forward(ids, positions, cache, rows, positions, bias, logit_index=last)  # (Kb, V)
-            params = RowParams(
-                temperature, top_k, top_p, greedy != 0, any_filter, all_greedy, any_greedy, scaled
-            )
-            tokens, logprobs = sample(logits, params, None if all_greedy else uniforms, host_sync=False)
-            return torch.stack((tokens.double(), logprobs.double()))  # (2, Kb): one read back
-
-        return run
-
-
-def _flags(params: Sequence[SamplingParams], vocab: int) -> _Flags:
-    """The sampling flags that choose a step's ops, as :meth:`RowParams.build` sets them."""
-    greedy = [p.temperature == 0 for p in params]
-    scaled = any(p.temperature not in (0.0, 1.0) for p in params)
-    # Padding rows are unfiltered, so a filter is on only where some real row asks for one.
-    any_filter = any(0 < p.top_k < vocab or p.top_p < 1.0 for p in params)
-    return all(greedy), any(greedy), scaled, any_filter
