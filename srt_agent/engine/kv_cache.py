@@ -180,13 +180,7 @@ class KVCache:
         Raises:
             ValueError: ``offsets`` are not strictly increasing non-negative indices.
         """
-        if any(b <= a for a, b in itertools.pairwise(offsets)) or (offsets and offsets[0] < 0):
-            raise ValueError(f"kept offsets must be strictly increasing and >= 0, got {list(offsets)}")
-        if list(offsets) == list(range(len(offsets))):
-            return  # already contiguous in place
-        src = torch.tensor([start + o for o in offsets], dtype=torch.long, device=self.data.device)
-        # Gathering with a tensor index copies first, so overlapping source/destination is safe.
-        self.data[:, :, row, :, start : start + len(offsets)] = self.data[:, :, row, :, src]
+        self.keep_many([(row, start, offsets)])
 
     def keep_many(self, keeps: Sequence[tuple[int, int, Sequence[int]]]) -> None:
         """:meth:`keep` for several rows at once: one gather and one scatter for the whole step.

@@ -210,10 +210,8 @@ class Scheduler:
         return self._row_params
 
     def _uniforms(self, seqs: Sequence[SequenceState], rows: RowParams) -> torch.Tensor | None:
-        if rows.all_greedy:
-            return None
-        values = [s.next_uniform() if s.request.params.temperature > 0 else 0.0 for s in seqs]
-        return torch.tensor(values, dtype=torch.float32, device=self.model.device)
+        values = _next_uniforms(seqs)
+        return None if values is None else torch.tensor(values, dtype=torch.float32, device=self.model.device)
 
     def _prefill(self, group: list[SequenceState]) -> None:
         """Prefill a group's prompts in one forward; a reused prefix is copied in, not recomputed.
@@ -235,16 +233,8 @@ class Scheduler:
             graphs = self.graphs
             if graphs is not None and graphs.fits_prefill(k, t, max(reused)):
                 params = [s.request.params for s in group]
-                uniforms = (
-                    [
-                        s.next_uniform() if p.temperature > 0 else 0.0
-                        for s, p in zip(group, params, strict=True)
-                    ]
-                    if any(p.temperature > 0 for p in params)
-                    else None
-                )
                 prompts = [s.request.prompt_ids[r:] for s, r in zip(group, reused, strict=True)]
-                draws = graphs.prefill(prompts, reused, row_start, uniforms, params)
+                draws = graphs.prefill(prompts, reused, row_start, _next_uniforms(group), params)
                 first, first_logprobs = [d[0] for d in draws.tokens], [d[0] for d in draws.logprobs]
             else:
                 first, first_logprobs = self._eager_prefill(group, row_start, reused, new)
@@ -345,11 +335,8 @@ class Scheduler:
         start = time.perf_counter()
         rows = self.rows
         params = [s.request.params for s in rows]
-        uniforms = (
-            [[s.next_uniform() if p.temperature > 0 else 0.0] for s, p in zip(rows, params, strict=True)]
-            if any(p.temperature > 0 for p in params)
-            else None
-        )
+        values = _next_uniforms(rows)
+        uniforms = None if values is None else [[u] for u in values]
         draws = graphs.run([[s.tokens[-1]] for s in rows], [s.cached for s in rows], None, uniforms, params)
         out = [Emitted([t[0]], [lp[0]]) for t, lp in zip(draws.tokens, draws.logprobs, strict=True)]
         self.counters.add_time(forward=time.perf_counter() - start)
@@ -451,6 +438,13 @@ class Scheduler:
             self.rows.pop()
         if indices:
             self._row_params = None
+
+
+def _next_uniforms(seqs: Sequence[SequenceState]) -> list[float] | None:
+    """Each sequence's next uniform (0.0 for a greedy one, which draws none); ``None`` if all greedy."""
+    if all(s.request.params.temperature == 0 for s in seqs):
+        return None
+    return [s.next_uniform() if s.request.params.temperature > 0 else 0.0 for s in seqs]
 
 
 def _prefill_groups(seqs: list[SequenceState], budget: int, span: int) -> list[list[SequenceState]]:

@@ -134,7 +134,7 @@ class TorchEngine:
         prefix_cache_bytes: Budget for keys/values of ended sequences kept so that later prompts
             sharing their prefix (the next turn of an episode, a sibling sample) prefill only the
             rest; cleared on :meth:`update_weights`. 0 disables it.
-        cuda_graphs: Run decode and verify forwards in static shapes captured as CUDA graphs
+        cuda_graphs: Run decode, verify and prefill forwards in static shapes captured as CUDA graphs
             (:mod:`srt_agent.engine.step_graphs`); the KV cache is then allocated at its full size
             up front. ``None``: on for a CUDA device, off on a CPU. ``True`` on a CPU runs the same
             static steps without capture (how the tests check that path).
