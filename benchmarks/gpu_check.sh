@@ -8,15 +8,17 @@
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
 # Usage, from the repository root of a CUDA machine with srt-agent importable:
-#   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]
+#   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]
+# Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.
 # Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,train,bench128,engine}.json.
 # STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
 # BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
 # for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ...").
 set -uo pipefail
-out=${1:?usage: gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS]}
+out=${1:?usage: gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]}
 budget=${2:-560}
 train_steps=${3:-30}
+train_time=${4:-120}
 device=${DEVICE:-cuda}
 model=${MODEL:-runs/gpu-model}
 py=${PYTHON:-python3}
@@ -73,12 +75,13 @@ if [[ -n $build_pid ]]; then
     rm -f "$out/build.log"  # (its tail is in the log: fewer files to bring back)
 fi
 
-stage bench32 170 "${cli[@]}" bench rollout --model "$model" --device "$device" \
+stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" \
     --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
-stage train 190 "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
-    "trainer.steps=$train_steps" trainer.out_dir=runs/gpu-check-train --json "$out/train.json"
-stage bench128 120 "${cli[@]}" bench rollout --model "$model" --device "$device" \
-    --prompts 16 --samples 8 --batch 128 --rounds 3 --configs off,srt --json "$out/bench128.json" "${bench_args[@]}"
-stage engine 90 "${cli[@]}" bench engine --shape "$shape" --device "$device" --batch-sizes 1,64 \
+stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
+    "trainer.steps=$train_steps" "trainer.time_limit_s=$train_time" trainer.out_dir=runs/gpu-check-train \
+    --json "$out/train.json"
+stage bench128 100 "${cli[@]}" bench rollout --model "$model" --device "$device" \
+    --prompts 16 --samples 8 --batch 128 --rounds "${BENCH128_ROUNDS:-3}" --configs off,srt --json "$out/bench128.json" "${bench_args[@]}"
+stage engine 70 "${cli[@]}" bench engine --shape "$shape" --device "$device" --batch-sizes 1,64 \
     --no-hf --json "$out/engine.json"
 echo "gpu_check done in $(($(date +%s) - start))s" | tee -a "$log"

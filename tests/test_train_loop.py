@@ -134,6 +134,21 @@ def test_training_runs_end_to_end(model_dir: Path, tmp_path: Path, estimator: st
         trainer.close()
 
 
+def test_a_time_limit_stops_after_the_current_step_and_still_evaluates_and_checkpoints(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tiny_config(model_dir, tmp_path / "run", trainer={"steps": 5, "time_limit_s": 1e-6})
+    trainer = Trainer(cfg)
+    try:
+        records = trainer.run()
+    finally:
+        trainer.close()
+    # The limit is checked after each step: the first one always runs.
+    assert [r["step"] for r in records if r["kind"] == "step"] == [1]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 1]
+    assert (tmp_path / "run" / "checkpoints" / "step-000001").is_dir()
+
+
 def test_crashing_episodes_are_counted_and_left_out_while_the_step_goes_on(
     model_dir: Path, tmp_path: Path
 ) -> None:

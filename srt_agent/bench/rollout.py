@@ -423,6 +423,8 @@ def totals(results: Sequence[RoundResult], config: str, rounds: int | None = Non
         "forward_s": sum(x.spec.forward_seconds + x.spec.verify_seconds for x in m),
         "draft_s": sum(x.spec.draft_seconds for x in m),
         "prefill_s": sum(x.spec.prefill_seconds for x in m),
+        "idle_s": sum(x.spec.idle_seconds for x in m),
+        "driver_s": sum(x.idle_s for x in m),
         "prefill_forwards": float(sum(x.spec.prefill_forwards for x in m)),
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "mean_accepted": accepted / steps if steps else 0.0,

@@ -72,7 +72,10 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       for TorchEngine ones also ``<config>_decode_forwards`` (decode and verify steps),
       ``<config>_forward_s`` (time in those steps: inputs, forward, draws, the read back),
       ``<config>_ms_per_forward``, ``<config>_draft_s`` (draft lookups), ``<config>_prefill_s``
-      and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens).
+      and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens),
+      ``<config>_engine_idle_s`` (the engine waited with no sequence to run: every one was with the
+      driver, in env steps and tokenization), ``<config>_driver_only_s`` (no request was with the
+      engine and no env step ran: chat-template rendering, tokenization, the event loop).
     * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
       (``<config>_graph_replays`` and the others of
       :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``).
@@ -106,6 +109,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_draft_s": round(t["draft_s"], 3),
                 f"{c}_prefill_s": round(t["prefill_s"], 3),
                 f"{c}_prefill_forwards": int(t["prefill_forwards"]),
+                f"{c}_engine_idle_s": round(t["idle_s"], 3),
+                f"{c}_driver_only_s": round(t["driver_s"], 3),
                 f"{c}_ms_per_forward": round(1000 * t["forward_s"] / t["target_forwards"], 3)
                 if t["target_forwards"]
                 else 0.0,

@@ -63,6 +63,12 @@ class TrainerSection(Section):
     eval_every: int = Field(
         default=10, ge=0, description="Evaluate every this many steps (0: only at the end)."
     )
+    time_limit_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop starting new steps once the run has trained this long (seconds, from the first "
+        "step), then evaluate and checkpoint as after the last step (null: no limit).",
+    )
     eval_episodes: int = Field(default=64, ge=1, description="Tasks per evaluation, from env.eval_seeds.")
     checkpoint_every: int = Field(
         default=50,

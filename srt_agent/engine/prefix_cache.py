@@ -160,5 +160,16 @@ class PrefixStore:
 
 
 def _block_hashes(tokens: tuple[int, ...]) -> list[int]:
-    """Hashes of ``tokens[:BLOCK]``, ``tokens[:2 * BLOCK]``, ... (whole blocks only)."""
-    return [hash(tokens[:end]) for end in range(BLOCK, len(tokens) + 1, BLOCK)]
+    """Keys of ``tokens[:BLOCK]``, ``tokens[:2 * BLOCK]``, ... (whole blocks only).
+
+    Chained (each key hashes the previous key with one block), so a prompt costs one pass over its
+    tokens; hashing every prefix afresh was quadratic in the conversation's length and took ~5% of
+    the engine loop on long multi-turn episodes. Equal keys are only candidates: callers compare
+    the tokens.
+    """
+    keys = []
+    key = 0
+    for end in range(BLOCK, len(tokens) + 1, BLOCK):
+        key = hash((key, tokens[end - BLOCK : end]))
+        keys.append(key)
+    return keys

@@ -419,7 +419,11 @@ class TorchEngine:
         scheduler = self._scheduler
         while True:
             # Block while idle (no busy spin); otherwise only drain what has arrived.
-            items: list[object] = [self._inbox.get()] if not scheduler.has_work() else []
+            items: list[object] = []
+            if not scheduler.has_work():
+                scheduler.counters.idle_begin()
+                items.append(self._inbox.get())
+                scheduler.counters.idle_end()
             while True:
                 try:
                     items.append(self._inbox.get_nowait())

@@ -125,7 +125,8 @@ class RolloutMetrics:
         ``runahead_<counter>`` for every :class:`RunAheadStats` field, ``probes``, ``draft_errors``,
         and the seconds ``wall_s``, ``generation_s``, ``tool_wait_s``, ``idle_s``, ``draft_s``
         (lookups), ``forward_s`` (decode and verify forwards), ``verify_s`` (drawing targets and
-        walking trees), ``prefill_s`` (prefill forwards).
+        walking trees), ``prefill_s`` (prefill forwards), ``engine_idle_s`` (the engine had nothing
+        to run).
         """
         s = self.spec
         out: dict[str, Any] = {
@@ -164,6 +165,7 @@ class RolloutMetrics:
             "forward_s": s.forward_seconds,
             "verify_s": s.verify_seconds,
             "prefill_s": s.prefill_seconds,
+            "engine_idle_s": s.idle_seconds,
         }
         out.update({k: round(v, 4) for k, v in seconds.items()})
         return out

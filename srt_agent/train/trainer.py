@@ -232,7 +232,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> list[dict[str, Any]]:
-        """Evaluate, train to ``trainer.steps`` (checkpointing), evaluate again.
+        """Evaluate, train to ``trainer.steps`` or ``trainer.time_limit_s`` (checkpointing), evaluate again.
 
         Returns:
             Every metrics record of the run (steps and evaluations; see :mod:`srt_agent.train.metrics`).
@@ -241,6 +241,7 @@ class Trainer:
         if state.eval_before is None:
             state.eval_before = self.evaluate(state.step)
         saved = state.step
+        started = time.monotonic()
         while state.step < t.steps:
             step = state.step + 1
             record = self.train_step(step)
@@ -255,6 +256,14 @@ class Trainer:
             if t.checkpoint_every and step % t.checkpoint_every == 0:
                 self.save_checkpoint()
                 saved = step
+            if step < t.steps and t.time_limit_s is not None and time.monotonic() - started >= t.time_limit_s:
+                log.warning(
+                    "trainer.time_limit_s=%g reached after step %d of %d: evaluating and checkpointing now",
+                    t.time_limit_s,
+                    step,
+                    t.steps,
+                )
+                break
         if state.last_eval != state.step:  # the "after" number (also after a crash during it)
             self.evaluate(state.step)
             saved = -1  # the last checkpoint predates this evaluation: save it with it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -37,6 +38,8 @@ class SpecStats:
         forward_seconds: Time in decode-phase forwards.
         verify_seconds: Time drawing target tokens and walking the trees.
         prefill_seconds: Time in prefill forwards (their first token's draw included).
+        idle_seconds: Time the engine waited with nothing to run (every sequence was with its
+            caller: env steps, tokenization, the driver's own work).
     """
 
     target_forwards: int = 0
@@ -59,6 +62,7 @@ class SpecStats:
     forward_seconds: float = 0.0
     verify_seconds: float = 0.0
     prefill_seconds: float = 0.0
+    idle_seconds: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -85,6 +89,7 @@ class SpecCounters:
         self._seconds: Counter[str] = Counter()
         self._histogram: list[int] = []
         self._sources: Counter[str] = Counter()
+        self._idle_since: float | None = None
 
     def add(self, **counts: int) -> None:
         """Add to integer counters (names of :class:`SpecStats` fields)."""
@@ -92,11 +97,28 @@ class SpecCounters:
             self._ints.update(counts)
 
     def add_time(
-        self, *, draft: float = 0.0, forward: float = 0.0, verify: float = 0.0, prefill: float = 0.0
+        self,
+        *,
+        draft: float = 0.0,
+        forward: float = 0.0,
+        verify: float = 0.0,
+        prefill: float = 0.0,
     ) -> None:
         """Add seconds to the time split."""
         with self._lock:
             self._seconds.update({"draft": draft, "forward": forward, "verify": verify, "prefill": prefill})
+
+    def idle_begin(self) -> None:
+        """The engine starts waiting with nothing to run."""
+        with self._lock:
+            self._idle_since = time.perf_counter()
+
+    def idle_end(self) -> None:
+        """The wait that :meth:`idle_begin` started is over."""
+        with self._lock:
+            if self._idle_since is not None:
+                self._seconds["idle"] += time.perf_counter() - self._idle_since
+                self._idle_since = None
 
     def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
         """Record one row's verification of a non-empty draft."""
@@ -116,6 +138,10 @@ class SpecCounters:
         """The counters as a :class:`SpecStats`; with ``reset``, start counting afresh."""
         with self._lock:
             s = self._seconds
+            # A wait in progress counts up to now, so the difference of two snapshots is the idle
+            # time between them even when a wait spans one of them.
+            since = self._idle_since
+            idle = s["idle"] + (time.perf_counter() - since if since is not None else 0.0)
             stats = SpecStats(
                 **{name: self._ints[name] for name in _INT_FIELDS},
                 acceptance_histogram=tuple(self._histogram),
@@ -124,10 +150,13 @@ class SpecCounters:
                 forward_seconds=s["forward"],
                 verify_seconds=s["verify"],
                 prefill_seconds=s["prefill"],
+                idle_seconds=idle,
             )
             if reset:
                 self._ints.clear()
                 self._seconds.clear()
+                if self._idle_since is not None:
+                    self._idle_since = time.perf_counter()
                 self._histogram = []
                 self._sources.clear()
         return stats
@@ -179,6 +208,7 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
         forward_seconds=a.forward_seconds + sign * b.forward_seconds,
         verify_seconds=a.verify_seconds + sign * b.verify_seconds,
         prefill_seconds=a.prefill_seconds + sign * b.prefill_seconds,
+        idle_seconds=a.idle_seconds + sign * b.idle_seconds,
     )
 
 
