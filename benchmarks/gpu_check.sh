@@ -27,6 +27,8 @@ read -r -a test_args <<<"${TESTS:-}"
 shape=${SHAPE:-qwen2.5-0.5b}
 # Extra arguments of every bench rollout (a dry run shrinks the workload with them).
 read -r -a bench_args <<<"${BENCH_ARGS:-}"
+# Extra overrides of the training run (e.g. TRAIN_ARGS="optim.lr=3e-5").
+read -r -a train_args <<<"${TRAIN_ARGS:-}"
 mkdir -p "$out"
 log="$out/log.txt"
 start=$(date +%s)
@@ -79,7 +81,7 @@ stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" 
     --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
 stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
     "trainer.steps=$train_steps" "trainer.time_limit_s=$train_time" trainer.out_dir=runs/gpu-check-train \
-    --json "$out/train.json"
+    "${train_args[@]}" --json "$out/train.json"
 stage bench128 100 "${cli[@]}" bench rollout --model "$model" --device "$device" \
     --prompts 16 --samples 8 --batch 128 --rounds "${BENCH128_ROUNDS:-3}" --configs off,srt --json "$out/bench128.json" "${bench_args[@]}"
 stage engine 70 "${cli[@]}" bench engine --shape "$shape" --device "$device" --batch-sizes 1,64 \

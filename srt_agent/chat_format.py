@@ -15,6 +15,7 @@ arrives). :meth:`ChatFormat.add_observation` checks this at every turn and raise
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,6 +95,9 @@ class ChatFormat:
         stop_token_ids: Sequence[int] | None = None,
     ):
         self.tokenizer = tokenizer
+        # The samples of a task open with the same prompt, and tool results repeat across them:
+        # remember recent encodings (a prompt of ~1k tokens takes ~1-2 ms to encode).
+        self._encode_cached = functools.lru_cache(maxsize=1024)(self._encode)
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             raise ValueError(
@@ -137,7 +141,15 @@ class ChatFormat:
 
     def encode(self, text: str) -> list[int]:
         """Tokenize template text (special-token markup becomes special tokens; no BOS/EOS added)."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(self._encode_cached(text))
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        # A fast tokenizer's backend gives the same ids as its __call__ without building a
+        # BatchEncoding (~0.3 ms a call on the driver's hot path).
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            return tuple(backend.encode(text, add_special_tokens=False).ids)
+        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Decode tokens exactly as generated (special tokens kept, no space clean-up)."""

@@ -313,6 +313,7 @@ def run_rollout_bench(
         on_round: Called with each batch's result as it completes (progress output).
         engine_figures: If given, receives each TorchEngine configuration's static-step figures
             at the end: ``<config>_graph_shapes``, ``<config>_graph_replays``,
+            ``<config>_graph_capture_s`` (inside the step and prefill times),
             ``<config>_static_eager_steps``, ``<config>_static_prefills``, ``<config>_decode_steps``
             and, if a capture failed,
             ``<config>_graph_error``.
@@ -373,6 +374,7 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
     out: dict[str, float | int | str] = {
         f"{arm.name}_graph_shapes": stats.graph_shapes,
         f"{arm.name}_graph_replays": stats.graph_replays,
+        f"{arm.name}_graph_capture_s": round(stats.graph_capture_seconds, 3),
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
         f"{arm.name}_static_prefills": stats.static_prefills,
         f"{arm.name}_decode_steps": stats.decode_steps,
@@ -421,6 +423,7 @@ def totals(results: Sequence[RoundResult], config: str, rounds: int | None = Non
         "tokens_per_forward": tokens / forwards if forwards else 0.0,
         "target_forwards": float(sum(x.spec.target_forwards for x in m)),
         "forward_s": sum(x.spec.forward_seconds + x.spec.verify_seconds for x in m),
+        "verify_s": sum(x.spec.verify_seconds for x in m),
         "draft_s": sum(x.spec.draft_seconds for x in m),
         "prefill_s": sum(x.spec.prefill_seconds for x in m),
         "idle_s": sum(x.spec.idle_seconds for x in m),

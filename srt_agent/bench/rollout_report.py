@@ -71,7 +71,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       ``<config>_acceptance_rate``, ``<config>_success_rate`` for every configuration that ran;
       for TorchEngine ones also ``<config>_decode_forwards`` (decode and verify steps),
       ``<config>_forward_s`` (time in those steps: inputs, forward, draws, the read back),
-      ``<config>_ms_per_forward``, ``<config>_draft_s`` (draft lookups), ``<config>_prefill_s``
+      ``<config>_ms_per_forward``, ``<config>_verify_s`` (of ``forward_s``: after a verify
+      forward, walking the trees and committing), ``<config>_draft_s`` (draft lookups), ``<config>_prefill_s``
       and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens),
       ``<config>_engine_idle_s`` (the engine waited with no sequence to run: every one was with the
       driver, in env steps and tokenization), ``<config>_driver_only_s`` (no request was with the
@@ -106,6 +107,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_success_rate": round(t["success_rate"], 4),
                 f"{c}_decode_forwards": int(t["target_forwards"]),
                 f"{c}_forward_s": round(t["forward_s"], 3),
+                f"{c}_verify_s": round(t["verify_s"], 3),
                 f"{c}_draft_s": round(t["draft_s"], 3),
                 f"{c}_prefill_s": round(t["prefill_s"], 3),
                 f"{c}_prefill_forwards": int(t["prefill_forwards"]),
