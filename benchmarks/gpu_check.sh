@@ -2,15 +2,17 @@
 # Every GPU check in one go, most important first, each under a time limit taken from one budget:
 #   1. build the gpu preset (background) while the CUDA tests run (`pytest -m gpu` + static steps);
 #   2. bench rollout, default workload (8 tasks x 4 samples per env, batch 32): off, eager, srt, useless;
-#   3. GRPO training on the GPU (configs/gpu.yaml);
-#   4. bench rollout at an RL batch (16 x 8 per env, batch 128): off, srt;
-#   5. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager).
+#   3. perfect and useless drafts against plain decoding on the same model (spec_engine_micro.py):
+#      what one verify step costs against one decode step;
+#   4. GRPO training on the GPU (configs/gpu.yaml);
+#   5. bench rollout at an RL batch (16 x 8 per env, batch 128): off, srt;
+#   6. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager).
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
 # Usage, from the repository root of a CUDA machine with srt-agent importable:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]
 # Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.
-# Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,train,bench128,engine}.json.
+# Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,micro,train,bench128,engine}.json.
 # STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
 # BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
 # for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ...").
@@ -22,7 +24,7 @@ train_time=${4:-120}
 device=${DEVICE:-cuda}
 model=${MODEL:-runs/gpu-model}
 py=${PYTHON:-python3}
-stages=" ${STAGES:-tests bench32 train bench128 engine} "
+stages=" ${STAGES:-tests bench32 micro train bench128 engine} "
 read -r -a test_args <<<"${TESTS:-}"
 shape=${SHAPE:-qwen2.5-0.5b}
 # Extra arguments of every bench rollout (a dry run shrinks the workload with them).
@@ -79,6 +81,8 @@ fi
 
 stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" \
     --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
+stage micro 60 "$py" benchmarks/spec_engine_micro.py --model "$model" --device "$device" \
+    --batch-sizes 1 32 --new-tokens 128 --repeats 2 --json "$out/micro.json"
 stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
     "trainer.steps=$train_steps" "trainer.time_limit_s=$train_time" trainer.out_dir=runs/gpu-check-train \
     "${train_args[@]}" --json "$out/train.json"

@@ -19,7 +19,8 @@ sequences whose tokens equal ``off``'s: all of them, unless float rounding of th
 batched tree forward sums in another order than a one-token one) moves a seeded draw across a
 token boundary, which then changes the rest of that sequence (still an exact sample).
 
-Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda] [--json PATH]``.
+Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda] [--json PATH]``;
+``--model DIR`` measures that checkpoint instead of the random one (prompts stay random tokens).
 JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` with ``key`` one of
 ``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
 ``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``; and the settings.
@@ -41,6 +42,7 @@ import torch
 from srt_agent.bench.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
+from srt_agent.engine.checkpoint import read_config
 from srt_agent.engine.torch_engine import TorchEngine
 
 
@@ -122,18 +124,23 @@ def run(
     repeats: int,
     temperature: float,
     device: str,
+    model: str | None = None,
 ) -> dict[str, float | int | str]:
-    """Measure the three systems at each batch size; returns a flat record."""
+    """Measure the three systems at each batch size; returns a flat record.
+
+    ``model``: the checkpoint to measure (default: a random embedded-shaped model).
+    """
     record: dict[str, float | int | str] = {
         "device": device,
         "threads": torch.get_num_threads(),
         "new_tokens": new_tokens,
         "prompt_len": prompt_len,
         "temperature": temperature,
+        "model": model or "random embedded-shaped",
     }
     with tempfile.TemporaryDirectory() as tmp:
-        path = save_random_model(tmp, seed=0, **EMBEDDED_LIKE)
-        vocab = int(EMBEDDED_LIKE["vocab_size"])
+        path = model or save_random_model(tmp, seed=0, **EMBEDDED_LIKE)
+        vocab = read_config(path).vocab_size if model else int(EMBEDDED_LIKE["vocab_size"])
         gen = torch.Generator().manual_seed(0)
         for b in batch_sizes:
             prompts = [tuple(row) for row in torch.randint(0, vocab, (b, prompt_len), generator=gen).tolist()]
@@ -190,11 +197,18 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", help="a model dir to measure (default: a random embedded-shaped model)")
     parser.add_argument("--json", help="also write the record here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     record = run(
-        args.batch_sizes, args.new_tokens, args.prompt_len, args.repeats, args.temperature, args.device
+        args.batch_sizes,
+        args.new_tokens,
+        args.prompt_len,
+        args.repeats,
+        args.temperature,
+        args.device,
+        args.model,
     )
     header = (
         "batch",
