@@ -119,6 +119,16 @@ class ChatFormat:
             raise ValueError("no end-of-turn token found; pass stop_token_ids=[...]")
         self.stop_token_ids: tuple[int, ...] = tuple(int(t) for t in stop_token_ids)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The memo wraps a bound method, which does not pickle (process pools get a ChatFormat).
+        state = self.__dict__.copy()
+        del state["_encode_cached"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._encode_cached = functools.lru_cache(maxsize=1024)(self._encode)
+
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> ChatFormat:
         """Load the tokenizer (and its chat template) from an HF model directory."""

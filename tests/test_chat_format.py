@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 from chat_fixtures import tiny_tokenizer
 
@@ -103,3 +105,11 @@ def test_misuse_is_rejected_with_clear_errors() -> None:
     bare.chat_template = None
     with pytest.raises(ValueError, match="no chat_template"):
         ChatFormat(bare)
+
+
+def test_a_chat_format_pickles_for_process_pools_and_keeps_encoding_the_same() -> None:
+    fmt = ChatFormat(tiny_tokenizer("qwen2.5.jinja"))
+    text = fmt.render([user("2 + 2?")], generation_prompt=True)
+    copy = pickle.loads(pickle.dumps(fmt))
+    assert copy.encode(text) == fmt.encode(text) == fmt.encode(text)  # the memo returns fresh lists
+    assert fmt.encode(text) is not fmt.encode(text)
