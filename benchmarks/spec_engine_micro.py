@@ -23,7 +23,9 @@ Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda
 ``--model DIR`` measures that checkpoint instead of the random one (prompts stay random tokens).
 JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` with ``key`` one of
 ``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
-``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``; and the settings.
+``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, and with static steps (``--static``, always on a
+GPU) ``host_us_per_token``: the engine's step time less the device's (launches and waits), per
+generated token, i.e. the host's Python work; and the settings.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -103,18 +106,32 @@ def _timed(
     return time.perf_counter() - start, _cpu() - cpu, outs
 
 
+@dataclass
+class _Rate:
+    wall: float  # decode tok/s by wall clock
+    cpu: float  # decode tok/s by process CPU time
+    tokens_per_forward: float
+    host_us_per_token: float  # engine step time less device time, per generated token
+    outs: list[GenerationOutput]
+
+
 def _decode_rate(
     engine: TorchEngine, prompts: list[tuple[int, ...]], new_tokens: int, temperature: float
-) -> tuple[float, float, float, list[GenerationOutput]]:
-    """(decode tok/s by wall clock, by CPU time, tokens per row step, outputs) of one generation."""
+) -> _Rate:
+    """Figures of one generation (decode rates exclude the prefill, timed separately)."""
     engine.spec_stats(reset=True)
     full, full_cpu, outs = _timed(engine, _requests(prompts, new_tokens, temperature))
     stats = engine.spec_stats(reset=True)
     prefill, prefill_cpu, _ = _timed(engine, _requests(prompts, 1, temperature))
     tokens = len(prompts) * (new_tokens - 1)
-    wall = tokens / max(full - prefill, 1e-9)
-    cpu = tokens / max(full_cpu - prefill_cpu, 1e-9)
-    return wall, cpu, stats.tokens_per_forward, outs
+    host = (stats.step_seconds - stats.device_seconds) / max(stats.tokens, 1)
+    return _Rate(
+        tokens / max(full - prefill, 1e-9),
+        tokens / max(full_cpu - prefill_cpu, 1e-9),
+        stats.tokens_per_forward,
+        1e6 * host,
+        outs,
+    )
 
 
 def run(
@@ -125,11 +142,15 @@ def run(
     temperature: float,
     device: str,
     model: str | None = None,
+    static: bool = False,
 ) -> dict[str, float | int | str]:
     """Measure the three systems at each batch size; returns a flat record.
 
-    ``model``: the checkpoint to measure (default: a random embedded-shaped model).
+    ``model``: the checkpoint to measure (default: a random embedded-shaped model). ``static``:
+    every step in static shapes (CUDA graphs on a GPU; on a CPU the same host path without
+    capture), which also reports the host's own work per token.
     """
+    static = static or torch.device(device).type == "cuda"
     record: dict[str, float | int | str] = {
         "device": device,
         "threads": torch.get_num_threads(),
@@ -137,6 +158,7 @@ def run(
         "prompt_len": prompt_len,
         "temperature": temperature,
         "model": model or "random embedded-shaped",
+        "static": static,
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = model or save_random_model(tmp, seed=0, **EMBEDDED_LIKE)
@@ -147,7 +169,14 @@ def run(
             replay = _Replay()
             sources = {"off": None, "perfect": replay, "random": _Random(vocab)}
             engines = {
-                name: TorchEngine(path, max_batch_size=b, device=device, draft_source=src, tokenizer=None)
+                name: TorchEngine(
+                    path,
+                    max_batch_size=b,
+                    device=device,
+                    draft_source=src,
+                    tokenizer=None,
+                    cuda_graphs=True if static else None,
+                )
                 for name, src in sources.items()
             }
             try:
@@ -157,11 +186,13 @@ def run(
                 replay.book = {o.request_id: o.token_ids for o in reference}
                 rates: dict[str, list[float]] = {name: [] for name in engines}
                 cpu_rates: dict[str, list[float]] = {name: [] for name in engines}
+                host: dict[str, list[float]] = {name: [] for name in engines}
                 per_forward: dict[str, float] = {}
                 for r in range(repeats + 1):  # round 0 is each engine's first (cold) generation
                     order = list(engines) if r % 2 == 0 else list(engines)[::-1]
                     for name in order:
-                        wall, cpu, tpf, outs = _decode_rate(engines[name], prompts, new_tokens, temperature)
+                        got = _decode_rate(engines[name], prompts, new_tokens, temperature)
+                        wall, cpu, tpf, outs = got.wall, got.cpu, got.tokens_per_forward, got.outs
                         same = sum(
                             o.token_ids == ref.token_ids for o, ref in zip(outs, reference, strict=True)
                         )
@@ -172,9 +203,12 @@ def run(
                         else:
                             rates[name].append(wall)
                             cpu_rates[name].append(cpu)
+                            host[name].append(got.host_us_per_token)
                             per_forward[name] = tpf
                 for name in engines:
                     record[f"{name}_tokens_per_forward_b{b}"] = round(per_forward[name], 2)
+                    if static:
+                        record[f"{name}_host_us_per_token_b{b}"] = round(statistics.median(host[name]), 2)
                     for kind, values in (("tok_s", rates), ("cpu_tok_s", cpu_rates)):
                         median = statistics.median(values[name])
                         record[f"{name}_{kind}_b{b}"] = round(median, 1)
@@ -198,6 +232,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", help="a model dir to measure (default: a random embedded-shaped model)")
+    parser.add_argument(
+        "--static", action="store_true", help="static-shape steps on a CPU too (reports host µs per token)"
+    )
     parser.add_argument("--json", help="also write the record here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -209,6 +246,7 @@ def main() -> None:
         args.temperature,
         args.device,
         args.model,
+        args.static,
     )
     header = (
         "batch",

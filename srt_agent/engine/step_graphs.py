@@ -152,6 +152,9 @@ class StepGraphs:
         self.prefills = 0  # prefills run as static steps (replayed or eager)
         self.capture_error: str | None = None  # why capturing was turned off, if it was
         self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
+        # Spent launching steps and waiting for their results (the whole forward where steps run
+        # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
+        self.device_seconds = 0.0
 
     def release(self) -> None:
         """Drop every captured graph and its memory (the engine is closing)."""
@@ -209,12 +212,14 @@ class StepGraphs:
         span = min(bucket(need, MIN_SPAN), self.max_span)
         flags = sampling_flags(params, self.model.config.vocab_size)
         self._fill(ids, prefix, parents, uniforms, params, bb, tb)
+        started, captured = time.perf_counter(), self.capture_seconds
         out, replayed = self._launch(("step", bb, tb, span, flags))
         if replayed:
             self.replays += 1
         else:
             self.eager_steps += 1
         values = out[:, :rows, :width].cpu()  # the step's one sync
+        self._waited(started, captured)
         return StepDraws(values[0].long().tolist(), values[1].tolist())
 
     def prefill(
@@ -262,10 +267,16 @@ class StepGraphs:
             params,
             pad,
         )
+        started, captured = time.perf_counter(), self.capture_seconds
         out, _ = self._launch(("prefill", kb, tb, span, flags))
         self.prefills += 1
         values = out[:, :rows].cpu()  # the prefill's one sync
+        self._waited(started, captured)
         return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
+
+    def _waited(self, started: float, captured: float) -> None:
+        """Add the device time of a step launched at ``started`` (a capture it made excluded)."""
+        self.device_seconds += time.perf_counter() - started - (self.capture_seconds - captured)
 
     def _launch(self, key: _Key) -> tuple[torch.Tensor, bool]:
         """Run the step of ``key`` on the inputs just filled: its output, and whether it was a replay."""

@@ -19,6 +19,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -439,10 +440,25 @@ class TorchEngine:
                 self._handle(item)
             if scheduler.has_work():
                 try:
-                    scheduler.step()
+                    self._timed_step()
                 except Exception as exc:  # keep serving later requests whatever happened
                     log.exception("engine step failed")
                     scheduler.abort_all(f"engine step failed: {type(exc).__name__}: {exc}")
+
+    def _timed_step(self) -> None:
+        """One scheduler step, its time (and the device's share of it) added to the counters."""
+        graphs = self.graphs
+        started = time.perf_counter()
+        device = graphs.device_seconds if graphs is not None else 0.0
+        captured = graphs.capture_seconds if graphs is not None else 0.0
+        try:
+            self._scheduler.step()
+        finally:
+            seconds = time.perf_counter() - started
+            if graphs is not None:
+                seconds -= graphs.capture_seconds - captured
+                device = graphs.device_seconds - device
+            self._counters.add_time(step=seconds, device=device)
 
     def _handle(self, item: object) -> None:
         if isinstance(item, SequenceState):

@@ -40,6 +40,10 @@ class SpecStats:
         prefill_seconds: Time in prefill forwards (their first token's draw included).
         idle_seconds: Time the engine waited with nothing to run (every sequence was with its
             caller: env steps, tokenization, the driver's own work).
+        step_seconds: Time in engine steps (prefill and decode phases; graph captures excluded).
+        device_seconds: Of ``step_seconds``, time launching static steps and waiting for their
+            results (on a CPU, their whole forward); ``step_seconds - device_seconds`` is the
+            host's own work when every step is static (``cuda_graphs``).
     """
 
     target_forwards: int = 0
@@ -63,6 +67,8 @@ class SpecStats:
     verify_seconds: float = 0.0
     prefill_seconds: float = 0.0
     idle_seconds: float = 0.0
+    step_seconds: float = 0.0
+    device_seconds: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -103,10 +109,21 @@ class SpecCounters:
         forward: float = 0.0,
         verify: float = 0.0,
         prefill: float = 0.0,
+        step: float = 0.0,
+        device: float = 0.0,
     ) -> None:
         """Add seconds to the time split."""
         with self._lock:
-            self._seconds.update({"draft": draft, "forward": forward, "verify": verify, "prefill": prefill})
+            self._seconds.update(
+                {
+                    "draft": draft,
+                    "forward": forward,
+                    "verify": verify,
+                    "prefill": prefill,
+                    "step": step,
+                    "device": device,
+                }
+            )
 
     def idle_begin(self) -> None:
         """The engine starts waiting with nothing to run."""
@@ -151,6 +168,8 @@ class SpecCounters:
                 verify_seconds=s["verify"],
                 prefill_seconds=s["prefill"],
                 idle_seconds=idle,
+                step_seconds=s["step"],
+                device_seconds=s["device"],
             )
             if reset:
                 self._ints.clear()
@@ -209,6 +228,8 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
         verify_seconds=a.verify_seconds + sign * b.verify_seconds,
         prefill_seconds=a.prefill_seconds + sign * b.prefill_seconds,
         idle_seconds=a.idle_seconds + sign * b.idle_seconds,
+        step_seconds=a.step_seconds + sign * b.step_seconds,
+        device_seconds=a.device_seconds + sign * b.device_seconds,
     )
 
 
