@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
+from srt_agent import native
 from srt_agent.contracts.generation import SamplingParams
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
@@ -260,10 +261,14 @@ class StepGraphs:
             flat.extend(r)
             flat.extend([0] * (tb - len(r)))
         flat.extend([0] * (tb * pad))
+        ints = [*flat, *prefix, *([0] * pad), *(len(r) - 1 for r in ids), *([tb - 1] * pad)]
+        firsts = [*uniforms, *([0.5] * pad)] if uniforms is not None else [0.5] * kb
+        self._ints_np[: len(ints)] = ints
+        self._floats_np[: len(firsts)] = firsts
         self._fill_params(
-            [*flat, *prefix, *([0] * pad), *(len(r) - 1 for r in ids), *([tb - 1] * pad)],
             [*range(row_start, row_start + rows), *([self.spare_row] * pad)],
-            [*uniforms, *([0.5] * pad)] if uniforms is not None else [0.5] * kb,
+            len(ints),
+            len(firsts),
             params,
             pad,
         )
@@ -304,6 +309,13 @@ class StepGraphs:
         """Write the step's inputs in shape ``(bb, tb)``'s layout and copy them to the device."""
         rows = len(ids)
         pad = bb - rows
+        if tb > 1 and native.core is not None:  # the same layout, written in C++ (one call)
+            k_int, k_float = native.core.tree_layout(
+                ids, parents if parents is not None else [()] * rows, uniforms, prefix, bb, tb,
+                self._ints_np, self._floats_np,
+            )  # fmt: skip
+            self._fill_params(None, k_int, k_float, params, pad)
+            return
         if tb == 1:  # plain decode: every row is a lone root
             flat_ids = [r[0] for r in ids] + [0] * pad
             masks = [1] * bb
@@ -328,19 +340,23 @@ class StepGraphs:
                 flat_ids.extend([0] * (tb - len(row)))
                 masks.extend(row_masks)
                 depths.extend(row_depths)
-        self._fill_params([*flat_ids, *masks, *depths, *prefix, *([0] * pad)], [], flat_u, params, pad)
+        ints = [*flat_ids, *masks, *depths, *prefix, *([0] * pad)]
+        self._ints_np[: len(ints)] = ints
+        self._floats_np[: len(flat_u)] = flat_u
+        self._fill_params(None, len(ints), len(flat_u), params, pad)
 
     def _fill_params(
         self,
-        ints: list[int],
-        rows: list[int],
-        uniforms: list[float],
+        rows: list[int] | None,
+        k_int: int,
+        k_float: int,
         params: Sequence[SamplingParams],
         pad: int,
     ) -> None:
         """Append the rows' sampling parameters to a step's inputs and copy them to the device.
 
-        Integers: ``ints``, ``rows``, then top-k and greedy flags; floats: ``uniforms``, then
+        The step's own inputs are already in the buffers: ``k_int`` integers and ``k_float``
+        floats (uniforms). Then come integers ``rows`` (if given), top-k and greedy flags; floats
         temperatures and top-p (padding rows: unfiltered, temperature 1).
         """
         vocab = self.model.config.vocab_size
@@ -348,11 +364,10 @@ class StepGraphs:
         greedy = [int(p.temperature == 0) for p in params] + [0] * pad
         temps = [p.temperature if p.temperature > 0 else 1.0 for p in params] + [1.0] * pad
         top_p = [p.top_p for p in params] + [1.0] * pad
-        all_ints = [*ints, *rows, *top_k, *greedy]
-        floats = [*uniforms, *temps, *top_p]
-        n_int, n_float = len(all_ints), len(floats)
-        self._ints_np[:n_int] = all_ints
-        self._floats_np[:n_float] = floats
+        tail = [*(rows or ()), *top_k, *greedy]
+        n_int, n_float = k_int + len(tail), k_float + 2 * len(temps)
+        self._ints_np[k_int:n_int] = tail
+        self._floats_np[k_float:n_float] = [*temps, *top_p]
         # The previous step ended with a device-to-host read, so no copy from these pinned
         # buffers is still in flight when they are refilled.
         self._ints[:n_int].copy_(self._ints_host[:n_int], non_blocking=True)

@@ -41,6 +41,7 @@ class Acceptance:
     # Rates read since the last observation: every row of every step reads them per node, and they
     # change only when a verify step is observed.
     _rates: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
+    _rate_lists: dict[tuple[str, int], list[float]] = field(default_factory=dict, repr=False)
 
     def rate(self, source: str, depth: int) -> float:
         """Calibration factor of nodes at ``depth`` (1 = child of the root) from ``source``."""
@@ -50,6 +51,14 @@ class Acceptance:
             cell = self.cells.get(key)
             value = self._rates[key] = cell.rate() if cell is not None else 1.0
         return value
+
+    def rates(self, source: str, depths: int) -> list[float]:
+        """:meth:`rate` at depths ``1 .. depths`` (cached until the next observation)."""
+        key = (source, -depths)  # negative depths: this cache's keys never meet :meth:`rate`'s
+        cached = self._rate_lists.get(key)
+        if cached is None:
+            cached = self._rate_lists[key] = [self.rate(source, d) for d in range(1, depths + 1)]
+        return cached
 
     def best_rate(self, depth: int) -> float:
         """The most optimistic factor at ``depth`` over the sources seen so far (1 before any)."""
@@ -63,6 +72,7 @@ class Acceptance:
     def observe(self, observations: Sequence[tuple[str, int, float, bool]]) -> None:
         """Forget a little, then add one verify step's nodes as ``(source, depth, q, accepted)``."""
         self._rates.clear()
+        self._rate_lists.clear()
         for cell in self.cells.values():
             cell.nodes *= _ACCEPT_DECAY
             cell.mass *= _ACCEPT_DECAY

@@ -50,6 +50,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from srt_agent import native
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.config import SpecConfig
@@ -283,8 +284,13 @@ class CostModel:
         acceptance is the calibrated probability, capped by its parent's (accepted only after it).
         ``group`` is the request's ``draft_group``: calibration is kept per group.
         """
-        q, depth = _node_stats(draft)
         rate, key = self.acceptance.rate, _calibration_key(draft, group)
+        if native.core is not None:  # the same ranking in C++, from the rates by depth
+            order, ranked_values = native.core.rank_nodes(
+                draft.probs, draft.parents, self.acceptance.rates(key, len(draft))
+            )
+            return Ranked(order, ranked_values)
+        q, depth = _node_stats(draft)
         values: list[float] = []
         # Whether the nodes already come in rank order (the tree cache's best-first drafts do):
         # then no sort is needed (this runs for every row of every drafted step).
@@ -396,6 +402,9 @@ def _calibration_key(draft: DraftTree, group: str) -> str:
 
 def _node_stats(draft: DraftTree) -> tuple[list[float], list[int]]:
     """Per node: its probability capped by its ancestors' (clipped to [0, 1]), and its depth."""
+    if native.core is not None:
+        stats: tuple[list[float], list[int]] = native.core.node_stats(draft.probs, draft.parents)
+        return stats
     q: list[float] = []
     depth: list[int] = []
     for p, parent in zip(draft.probs, draft.parents, strict=True):

@@ -1,0 +1,100 @@
+"""The native core (``srt_agent._native``) against its Python twins: identical results.
+
+CI builds the core (``pip install -e .`` compiles it); the first test fails when it is missing, so
+a broken build cannot pass unnoticed. ``SRT_NATIVE=0`` runs everything on the Python path.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from srt_agent import native
+from srt_agent.bench.random_model import save_random_model
+from srt_agent.contracts.draft import DraftTree
+from srt_agent.contracts.generation import SamplingParams
+from srt_agent.engine.kv_cache import KVCache
+from srt_agent.engine.speculation.acceptance import Acceptance
+from srt_agent.engine.speculation.budget import CostModel, _node_stats
+from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.step_graphs import StepGraphs, bucket
+from srt_agent.engine.torch_engine import TorchEngine
+
+needs_core = pytest.mark.skipif(native.core is None, reason="the native core is not built or is disabled")
+
+
+def test_the_native_core_is_built() -> None:
+    if os.environ.get("SRT_NATIVE") == "0":
+        pytest.skip("SRT_NATIVE=0: the Python path on purpose")
+    assert native.core is not None, (
+        "srt_agent._native is missing: reinstall with a C++17 compiler (pip install -e .) to build it"
+    )
+
+
+def _random_tree(rng: random.Random, size: int) -> list[int]:
+    """Parents of a tree of ``size`` positions: the root (-1), then parents that precede their child."""
+    return [-1] + [rng.randrange(j) for j in range(1, size)]
+
+
+@needs_core
+def test_native_tree_layout_writes_what_the_python_one_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with TorchEngine(save_random_model(tmp_path, seed=0), max_batch_size=8, tokenizer=None) as eng:
+        cache = KVCache(2, 2, 16, 8, 64, initial_rows=9, initial_positions=64)
+        steps = StepGraphs(eng.model, cache, max_width=16, capture=False)
+        rng = random.Random(1)
+        core = native.core
+        for _ in range(100):
+            rows = rng.randint(1, 8)
+            trees = [_random_tree(rng, rng.randint(1, 16)) for _ in range(rows)]
+            ids = [[rng.randrange(50) for _ in t] for t in trees]
+            uniforms = rng.choice([[[rng.random() for _ in range(rng.randint(1, 17))] for _ in trees], None])
+            prefix = [rng.randrange(40) for _ in trees]
+            temperature, top_k = rng.choice([0.0, 0.7, 1.0]), rng.choice([0, 5])
+            params = [SamplingParams(temperature=temperature, top_k=top_k)] * rows
+            bb, tb = bucket(rows), bucket(max(len(t) for t in trees))
+            if tb == 1:
+                continue
+            got = []
+            for backend in (core, None):
+                monkeypatch.setattr(native, "core", backend)
+                steps._ints_np[:] = -7
+                steps._floats_np[:] = -7.0
+                steps._fill(ids, prefix, trees, uniforms, params, bb, tb)
+                got.append((steps._ints_np.tolist(), steps._floats_np.tolist()))
+            assert got[0] == got[1]
+
+
+def _random_draft(rng: random.Random) -> DraftTree:
+    n = rng.randint(1, 12)
+    parents = [-1] + [rng.randrange(-1, j) for j in range(1, n)]
+    tokens: list[int] = []
+    for j, p in enumerate(parents):  # distinct tokens under one parent
+        taken = {tokens[i] for i in range(j) if parents[i] == p}
+        tokens.append(min(set(range(20)) - taken))
+    # Ties, values past [0, 1] and repeated probabilities exercise the clipping and the sort.
+    probs = [rng.choice([0.5, 0.25, 1.0, 1.5, -0.1, 0.0, rng.random()]) for _ in range(n)]
+    return DraftTree(tuple(tokens), tuple(parents), tuple(probs))
+
+
+@needs_core
+def test_native_ranking_and_node_stats_equal_the_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(2)
+    acceptance = Acceptance()
+    acceptance.observe([("none", d, 0.5, rng.random() < 0.5) for d in range(1, 13) for _ in range(3)])
+    model = CostModel(SpecConfig())
+    model.acceptance = acceptance
+    core = native.core
+    for _ in range(500):
+        draft = _random_draft(rng)
+        got = []
+        for backend in (core, None):
+            monkeypatch.setattr(native, "core", backend)
+            got.append((model.rank(draft), _node_stats(draft)))
+        (ranked_c, stats_c), (ranked_py, stats_py) = got
+        assert ranked_c.order == ranked_py.order and ranked_c.values == ranked_py.values
+        assert stats_c == stats_py
