@@ -14,16 +14,18 @@ from pybind11.setup_helpers import build_ext as _build_ext
 from setuptools import setup
 
 
-class build_ext(_build_ext):  # noqa: N801 (setuptools' command name)
+class OptionalBuildExt(_build_ext):
     """``build_ext`` that warns instead of failing when the native core cannot be compiled."""
 
     def run(self) -> None:
+        """Build every extension, or warn and go on without them."""
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 (no compiler, missing headers, ...: fall back to Python)
             _skipped(exc)
 
     def build_extension(self, ext: Pybind11Extension) -> None:
+        """Build one extension, or warn and go on without it."""
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
@@ -47,5 +49,5 @@ setup(
             extra_compile_args=["-O3"],
         )
     ],
-    cmdclass={"build_ext": build_ext},
+    cmdclass={"build_ext": OptionalBuildExt},
 )

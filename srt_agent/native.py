@@ -27,7 +27,8 @@ def _load() -> ModuleType | None:
             exc,
         )
         return None
-    return _native
+    module: ModuleType = _native
+    return module
 
 
 core: ModuleType | None = _load()

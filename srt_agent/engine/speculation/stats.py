@@ -134,7 +134,7 @@ class SpecCounters:
         """The wait that :meth:`idle_begin` started is over."""
         with self._lock:
             if self._idle_since is not None:
-                self._seconds["idle"] += time.perf_counter() - self._idle_since
+                self._seconds.update({"idle": time.perf_counter() - self._idle_since})
                 self._idle_since = None
 
     def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
