@@ -177,6 +177,38 @@ py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates) {
     return py::make_tuple(out_order, out_values);
 }
 
+// One verify step's evidence for the acceptance calibration from one draft: per depth (1 =
+// child of the root, ascending), the nodes verified, the sum of their capped probabilities (in
+// node order) and how many were accepted. ``accepted``: the accepted node indices.
+py::list depth_sums(py::handle probs, py::handle parents, py::handle accepted) {
+    const Seq p(probs, "probs must be a sequence");
+    const Seq up(parents, "parents must be a sequence");
+    const Seq acc(accepted, "accepted must be a sequence");
+    std::vector<double> q;
+    std::vector<int64_t> depth;
+    node_stats_into(p, up, q, depth);
+    const Py_ssize_t n = p.size();
+    std::vector<char> taken(n, 0);
+    for (Py_ssize_t i = 0; i < acc.size(); ++i) {
+        const int64_t j = acc.integer(i);
+        if (j < 0 || j >= n) throw std::invalid_argument("depth_sums: an accepted index is out of range");
+        taken[j] = 1;
+    }
+    int64_t deepest = 0;
+    for (Py_ssize_t j = 0; j < n; ++j) deepest = std::max(deepest, depth[j]);
+    std::vector<int64_t> nodes(deepest + 1, 0), hits(deepest + 1, 0);
+    std::vector<double> mass(deepest + 1, 0.0);
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        nodes[depth[j]] += 1;
+        mass[depth[j]] += q[j];
+        hits[depth[j]] += taken[j];
+    }
+    py::list out;
+    for (int64_t d = 1; d <= deepest; ++d)
+        if (nodes[d] > 0) out.append(py::make_tuple(d, nodes[d], mass[d], hits[d]));
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -188,4 +220,6 @@ PYBIND11_MODULE(_native, m) {
           "Per node: probability capped by its ancestors' (clipped to [0, 1]) and depth.");
     m.def("rank_nodes", &rank_nodes, py::arg("probs"), py::arg("parents"), py::arg("rates"),
           "A draft's node order and expected acceptances, as the cost model ranks them.");
+    m.def("depth_sums", &depth_sums, py::arg("probs"), py::arg("parents"), py::arg("accepted"),
+          "Per depth of a verified draft: (depth, nodes, sum of capped probabilities, accepted).");
 }

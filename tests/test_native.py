@@ -18,7 +18,7 @@ from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import SamplingParams
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.speculation.acceptance import Acceptance
-from srt_agent.engine.speculation.budget import CostModel, _node_stats
+from srt_agent.engine.speculation.budget import CostModel, _depth_sums, _node_stats
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.step_graphs import StepGraphs, bucket
 from srt_agent.engine.torch_engine import TorchEngine
@@ -82,19 +82,23 @@ def _random_draft(rng: random.Random) -> DraftTree:
 
 
 @needs_core
-def test_native_ranking_and_node_stats_equal_the_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_ranking_node_stats_and_depth_sums_equal_the_python_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rng = random.Random(2)
     acceptance = Acceptance()
-    acceptance.observe([("none", d, 0.5, rng.random() < 0.5) for d in range(1, 13) for _ in range(3)])
+    acceptance.observe([("none", d, 3, 1.5, rng.randint(0, 3)) for d in range(1, 13)])
     model = CostModel(SpecConfig())
     model.acceptance = acceptance
     core = native.core
     for _ in range(500):
         draft = _random_draft(rng)
+        path = sorted(rng.sample(range(len(draft)), rng.randint(0, len(draft))))
         got = []
         for backend in (core, None):
             monkeypatch.setattr(native, "core", backend)
-            got.append((model.rank(draft), _node_stats(draft)))
-        (ranked_c, stats_c), (ranked_py, stats_py) = got
+            got.append((model.rank(draft), _node_stats(draft), _depth_sums(draft, path)))
+        (ranked_c, stats_c, sums_c), (ranked_py, stats_py, sums_py) = got
         assert ranked_c.order == ranked_py.order and ranked_c.values == ranked_py.values
         assert stats_c == stats_py
+        assert sums_c == sums_py

@@ -61,8 +61,8 @@ def test_acceptance_calibrates_the_drafts_probabilities() -> None:
     acc = Acceptance()
     assert acc.rate("exact", 1) == 1.0  # no data: trust the draft's probabilities
     for _ in range(3):
-        acc.observe([("global", 1, 1.0, False), ("global", 2, 1.0, False)])  # confident, always wrong
-        acc.observe([("exact", 1, 0.01, True)])  # humble, always right
+        acc.observe([("global", 1, 1, 1.0, 0), ("global", 2, 1, 1.0, 0)])  # confident, always wrong
+        acc.observe([("exact", 1, 1, 0.01, 1)])  # humble, always right
     assert acc.rate("global", 1) < 0.05 and acc.rate("global", 2) < 0.05
     assert min(1.0, acc.rate("exact", 1) * 0.01) > 0.9
     assert acc.best_rate(1) > 0.9  # the best source at depth 1

@@ -69,16 +69,22 @@ class Acceptance:
         # A depth never verified for a seen source keeps the prior (it is unexplored).
         return max(rates) if len(rates) == len(seen) else 1.0
 
-    def observe(self, observations: Sequence[tuple[str, int, float, bool]]) -> None:
-        """Forget a little, then add one verify step's nodes as ``(source, depth, q, accepted)``."""
+    def observe(self, observations: Sequence[tuple[str, int, int, float, int]]) -> None:
+        """Forget a little, then add one verify step's evidence.
+
+        Args:
+            observations: ``(source, depth, nodes, mass, accepted)``: nodes verified at that depth
+                (of one draft, or summed over several), the sum of their draft probabilities
+                ``q`` and how many were accepted.
+        """
         self._rates.clear()
         self._rate_lists.clear()
         for cell in self.cells.values():
             cell.nodes *= _ACCEPT_DECAY
             cell.mass *= _ACCEPT_DECAY
             cell.accepted *= _ACCEPT_DECAY
-        for source, depth, q, accepted in observations:
+        for source, depth, nodes, mass, accepted in observations:
             cell = self.cells.setdefault((source, depth), _Cell())
-            cell.nodes += 1.0
-            cell.mass += q
-            cell.accepted += float(accepted)
+            cell.nodes += nodes
+            cell.mass += mass
+            cell.accepted += accepted

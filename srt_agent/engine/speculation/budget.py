@@ -370,17 +370,15 @@ class CostModel:
             accepted: Per row, the accepted node indices.
             groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
         """
-        observations: list[tuple[str, int, float, bool]] = []
+        observations: list[tuple[str, int, int, float, int]] = []
         rows: dict[str, int] = {}  # per group: rows in the step
         taken_by: dict[str, int] = {}  # per group that verified a draft: accepted nodes
         for draft, path, group in zip(drafts, accepted, groups or [""] * len(drafts), strict=True):
             rows[group] = rows.get(group, 0) + 1
             if not draft:
                 continue
-            taken = set(path)
-            q, depth = _node_stats(draft)
             key = _calibration_key(draft, group)
-            observations += [(key, depth[j], q[j], j in taken) for j in range(len(draft))]
+            observations += [(key, *sums) for sums in _depth_sums(draft, path)]
             taken_by[group] = taken_by.get(group, 0) + len(path)
         self.acceptance.observe(observations)
         self._widths.clear()
@@ -398,6 +396,23 @@ class CostModel:
 def _calibration_key(draft: DraftTree, group: str) -> str:
     """The acceptance cell family of a draft: its calibration class, within its request's group."""
     return f"{group}|{draft.calibration}" if group else draft.calibration
+
+
+def _depth_sums(draft: DraftTree, accepted: Sequence[int]) -> list[tuple[int, int, float, int]]:
+    """Per depth of a verified draft (ascending): ``(depth, nodes, sum of their q, accepted)``."""
+    if native.core is not None:
+        sums: list[tuple[int, int, float, int]] = native.core.depth_sums(draft.probs, draft.parents, accepted)
+        return sums
+    q, depth = _node_stats(draft)
+    taken = set(accepted)
+    deepest = max(depth, default=0)
+    nodes, hits = [0] * (deepest + 1), [0] * (deepest + 1)
+    mass = [0.0] * (deepest + 1)
+    for j, d in enumerate(depth):
+        nodes[d] += 1
+        mass[d] += q[j]
+        hits[d] += j in taken
+    return [(d, nodes[d], mass[d], hits[d]) for d in range(1, deepest + 1) if nodes[d]]
 
 
 def _node_stats(draft: DraftTree) -> tuple[list[float], list[int]]:
