@@ -1,4 +1,5 @@
-"""The native core (``srt_agent._native``) against its Python twins: identical results.
+"""The engine's per-step host paths: the native core (``srt_agent._native``) against its Python
+twins (identical results), and one-pass fast paths against the rule they implement.
 
 CI builds the core (``pip install -e .`` compiles it); the first test fails when it is missing, so
 a broken build cannot pass unnoticed. ``SRT_NATIVE=0`` runs everything on the Python path.
@@ -6,6 +7,7 @@ a broken build cannot pass unnoticed. ``SRT_NATIVE=0`` runs everything on the Py
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from pathlib import Path
@@ -15,11 +17,14 @@ import pytest
 from srt_agent import native
 from srt_agent.bench.random_model import save_random_model
 from srt_agent.contracts.draft import DraftTree
-from srt_agent.contracts.generation import SamplingParams
+from srt_agent.contracts.generation import GenerationRequest, SamplingParams
 from srt_agent.engine.kv_cache import KVCache
+from srt_agent.engine.scheduler import _commit_tokens
+from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.budget import CostModel, _depth_sums, _node_stats
 from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.speculator import Emitted
 from srt_agent.engine.step_graphs import StepGraphs, bucket
 from srt_agent.engine.torch_engine import TorchEngine
 
@@ -102,3 +107,47 @@ def test_native_ranking_node_stats_and_depth_sums_equal_the_python_ones(
         assert ranked_c.order == ranked_py.order and ranked_c.values == ranked_py.values
         assert stats_c == stats_py
         assert sums_c == sums_py
+
+
+def _commit_by_token(seq: SequenceState, em: Emitted) -> tuple[str, int | None] | None:
+    """The commit rule token by token: a stop token ends first, then the length limit."""
+    for token, logprob in zip(em.tokens, em.logprobs, strict=True):
+        seq.tokens.append(token)
+        seq.logprobs.append(logprob)
+        if token in seq.request.params.stop_token_ids:
+            return "stop", token
+        if seq.tokens_left() <= 0:
+            return "length", None
+    return None
+
+
+def test_committing_emitted_tokens_at_once_follows_the_token_by_token_rule() -> None:
+    rng = random.Random(3)
+    for _ in range(2000):
+        params = SamplingParams(
+            max_new_tokens=rng.randint(1, 12), stop_token_ids=tuple(rng.sample(range(6), rng.randint(0, 2)))
+        )
+        prompt = tuple(range(rng.randint(1, 5)))
+        before = [rng.randrange(6) for _ in range(rng.randint(0, params.max_new_tokens - 1))]
+        emitted = Emitted(
+            [rng.randrange(6) for _ in range(rng.randint(1, 9))], [rng.random() for _ in range(9)]
+        )
+        emitted.logprobs[:] = emitted.logprobs[: len(emitted.tokens)]
+        seqs = [
+            SequenceState(
+                GenerationRequest("r", prompt, params),
+                on_done=lambda _: None,
+                cancelled=lambda: False,
+                seed=0,
+                max_total=len(prompt) + rng.randint(len(before) + 1, 16),
+                tokens=list(before),
+                logprobs=[0.0] * len(before),
+            )
+        ]
+        seqs.append(dataclasses.replace(seqs[0], tokens=list(before), logprobs=[0.0] * len(before)))
+        results: list = []
+        ended = _commit_tokens(seqs[0], emitted, results)
+        expected = _commit_by_token(seqs[1], emitted)
+        assert (seqs[0].tokens, seqs[0].logprobs) == (seqs[1].tokens, seqs[1].logprobs)
+        assert ended == (expected is not None)
+        assert [(r[1], r[2]) for r in results] == ([expected] if expected else [])

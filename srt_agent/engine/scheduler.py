@@ -398,6 +398,8 @@ class Scheduler:
 
     def _commit(self, seq: SequenceState, em: Emitted, results: list[_Result]) -> bool:
         """Append ``em``'s tokens to ``seq`` one by one until one ends it; whether it ended."""
+        if not seq.stop_window:
+            return _commit_tokens(seq, em, results)
         for token, logprob in zip(em.tokens, em.logprobs, strict=True):
             seq.tokens.append(token)
             seq.logprobs.append(logprob)
@@ -438,6 +440,36 @@ class Scheduler:
             self.rows.pop()
         if indices:
             self._row_params = None
+
+
+def _commit_tokens(seq: SequenceState, em: Emitted, results: list[_Result]) -> bool:
+    """:meth:`Scheduler._commit` of a request without stop strings, in one pass.
+
+    The same rule as :meth:`Scheduler._check_stop` after each token (a stop token first, then the
+    length limit), found by index: the tokens up to the first that ends the sequence are appended
+    at once. This runs for every emitted token of every row (up to the draft budget per step).
+    """
+    tokens, logprobs = em.tokens, em.logprobs
+    if len(tokens) != len(logprobs):
+        raise ValueError(f"{len(tokens)} tokens but {len(logprobs)} logprobs")
+    stops = seq.request.params.stop_token_ids
+    left = seq.tokens_left()
+    end = len(tokens)
+    reason: FinishReason | None = None
+    stop: int | None = None
+    for i, token in enumerate(tokens):
+        if token in stops:
+            end, reason, stop = i + 1, "stop", token
+            break
+        if left <= i + 1:
+            end, reason = i + 1, "length"
+            break
+    seq.tokens.extend(tokens[:end])
+    seq.logprobs.extend(logprobs[:end])
+    if reason is None:
+        return False
+    results.append((seq, reason, stop, None))
+    return True
 
 
 def _next_uniforms(seqs: Sequence[SequenceState]) -> list[float] | None:
