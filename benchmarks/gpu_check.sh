@@ -60,6 +60,17 @@ stage() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 } >>"$log" 2>&1
 
+# The native core (srt_agent._native), compiled here for this machine's Python if it can be (needs
+# pybind11 importable and Python's headers); without it the engine runs its Python twins.
+if [[ -f setup.py ]]; then
+    echo "=== native: build ($(date +%T))" | tee -a "$log"
+    if "$py" setup.py -q build_ext --inplace >>"$log" 2>&1 && "$py" -c "import srt_agent._native" >>"$log" 2>&1; then
+        echo "=== native: built" | tee -a "$log"
+    else
+        echo "=== native: NOT built (the Python path runs)" | tee -a "$log"
+    fi
+fi
+
 cli=("$py" -m srt_agent.cli)
 build_pid=""
 if [[ -z ${MODEL:-} ]]; then

@@ -209,6 +209,55 @@ py::list depth_sums(py::handle probs, py::handle parents, py::handle accepted) {
     return out;
 }
 
+// The acceptance walk of every row of a verify step whose draws were made at every tree position
+// (see srt_agent.engine.speculation.verify): from the root, emit the token drawn at the current
+// position; descend into the draft node under the current one that carries it, or stop. Per
+// row: (accepted node indices, emitted tokens, the positions they were drawn at, their logprobs).
+py::list walk_drawn(py::handle token_ids, py::handle parents, py::handle drawn, py::handle logprobs) {
+    const Seq toks(token_ids, "token_ids must be a sequence of rows");
+    const Seq ups(parents, "parents must be a sequence of rows");
+    const Seq draws(drawn, "drawn must be a sequence of rows");
+    const Seq lps(logprobs, "logprobs must be a sequence of rows");
+    const Py_ssize_t rows = toks.size();
+    if (ups.size() != rows || draws.size() != rows || lps.size() != rows)
+        throw std::invalid_argument("walk_drawn: token_ids, parents, drawn and logprobs differ in rows");
+    py::list out;
+    std::vector<int64_t> tok, up;
+    for (Py_ssize_t b = 0; b < rows; ++b) {
+        const Seq t(toks[b], "a row of token ids must be a sequence");
+        const Seq p(ups[b], "a row of parents must be a sequence");
+        const Seq d(draws[b], "a row of draws must be a sequence");
+        const Seq l(lps[b], "a row of logprobs must be a sequence");
+        const Py_ssize_t n = t.size();
+        if (p.size() != n) throw std::invalid_argument("walk_drawn: a row's token ids and parents differ");
+        if (d.size() < n + 1 || l.size() < n + 1)
+            throw std::invalid_argument("walk_drawn: a row has fewer draws than tree positions");
+        tok.resize(n);
+        up.resize(n);
+        for (Py_ssize_t j = 0; j < n; ++j) {
+            tok[j] = t.integer(j);
+            up[j] = p.integer(j);
+        }
+        py::list accepted, tokens, positions, row_lps;
+        int64_t node = -1;
+        while (true) {
+            const Py_ssize_t position = node + 1;
+            const int64_t token = d.integer(position);
+            tokens.append(py::int_(token));
+            positions.append(py::int_(position));
+            row_lps.append(l[position]);
+            int64_t next = -1;
+            for (Py_ssize_t j = 0; j < n; ++j)  // siblings are distinct; the last match, as a dict keeps
+                if (up[j] == node && tok[j] == token) next = j;
+            if (next < 0) break;
+            accepted.append(py::int_(next));
+            node = next;
+        }
+        out.append(py::make_tuple(py::tuple(accepted), py::tuple(tokens), py::tuple(positions), row_lps));
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -222,4 +271,6 @@ PYBIND11_MODULE(_native, m) {
           "A draft's node order and expected acceptances, as the cost model ranks them.");
     m.def("depth_sums", &depth_sums, py::arg("probs"), py::arg("parents"), py::arg("accepted"),
           "Per depth of a verified draft: (depth, nodes, sum of capped probabilities, accepted).");
+    m.def("walk_drawn", &walk_drawn, py::arg("token_ids"), py::arg("parents"), py::arg("drawn"), py::arg("logprobs"),
+          "Every row's acceptance walk over draws made at every tree position.");
 }

@@ -24,7 +24,7 @@ from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.budget import CostModel, _depth_sums, _node_stats
 from srt_agent.engine.speculation.config import SpecConfig
-from srt_agent.engine.speculation.speculator import Emitted
+from srt_agent.engine.speculation.speculator import Emitted, _walk_drawn
 from srt_agent.engine.step_graphs import StepGraphs, bucket
 from srt_agent.engine.torch_engine import TorchEngine
 
@@ -151,3 +151,20 @@ def test_committing_emitted_tokens_at_once_follows_the_token_by_token_rule() -> 
         assert (seqs[0].tokens, seqs[0].logprobs) == (seqs[1].tokens, seqs[1].logprobs)
         assert ended == (expected is not None)
         assert [(r[1], r[2]) for r in results] == ([expected] if expected else [])
+
+
+@needs_core
+def test_native_acceptance_walks_equal_the_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(4)
+    core = native.core
+    for _ in range(300):
+        drafts = [_random_draft(rng) for _ in range(rng.randint(1, 6))]
+        width = 1 + max(len(d) for d in drafts)
+        # Draws that often follow the drafts (a drafted child of some node) and sometimes not.
+        drawn = [[rng.choice([*d.token_ids, 99]) for _ in range(width)] for d in drafts]
+        logprobs = [[-rng.random() for _ in range(width)] for _ in drafts]
+        got = []
+        for backend in (core, None):
+            monkeypatch.setattr(native, "core", backend)
+            got.append(_walk_drawn(drafts, drawn, logprobs))
+        assert got[0] == got[1]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from srt_agent import native
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftQuery, DraftSourceProtocol, DraftTree, StreamUpdate
 from srt_agent.engine.kv_cache import KVCache, causal_bias, tree_bias
 from srt_agent.engine.llama import CausalLM
@@ -33,7 +34,7 @@ from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.budget import CostModel
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.stats import SpecCounters
-from srt_agent.engine.speculation.verify import TreeWalk
+from srt_agent.engine.speculation.verify import TreeWalk, Verdict
 from srt_agent.engine.step_graphs import StepGraphs
 
 log = logging.getLogger(__name__)
@@ -285,7 +286,7 @@ class Speculator:
             s.peek_uniforms(width) if sampled and s.request.params.temperature > 0 else [0.0] * width
             for s in rows
         ]
-        walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
+        verdicts: list[Verdict]
         if self.graphs is not None and self.graphs.fits(len(rows), width):
             draws = self.graphs.run(
                 [[s.tokens[-1], *d.token_ids] for s, d in zip(rows, drafts, strict=True)],
@@ -295,18 +296,19 @@ class Speculator:
                 [s.request.params for s in rows],
             )
             forwarded = time.perf_counter()  # one static step: forward and draws together
-            logprob_rows = _walk_drawn(walks, draws.tokens, draws.logprobs)
+            verdicts, logprob_rows = _walk_drawn(drafts, draws.tokens, draws.logprobs)
         else:
+            walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
             hidden = self._tree_forward(rows, drafts, parents, width)
             forwarded = time.perf_counter()
             draw = self._draw_all if self._draws_all(self.model.device) else self._draw_walk
             logprob_rows = draw(
                 _DrawInputs(hidden, width, walks, params, table if sampled else None, parents)
             )
+            verdicts = [walk.verdict() for walk in walks]
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
-        for seq, draft, walk, lps in zip(rows, drafts, walks, logprob_rows, strict=True):
-            verdict = walk.verdict()
+        for seq, draft, verdict, lps in zip(rows, drafts, verdicts, logprob_rows, strict=True):
             if seq.request.params.temperature > 0:
                 seq.skip_uniforms(len(verdict.tokens))
             kept = [0, *(j + 1 for j in verdict.accepted)]
@@ -402,17 +404,32 @@ class Speculator:
             )
         logits = self.model.head(step.hidden).view(len(step.walks), step.width, -1)
         tokens, logprobs = sample(logits, step.params, uniforms)
-        return _walk_drawn(step.walks, tokens.tolist(), logprobs.tolist())
+        return _advance_walks(step.walks, tokens.tolist(), logprobs.tolist())
 
 
 def _walk_drawn(
+    drafts: Sequence[DraftTree], tokens: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]]
+) -> tuple[list[Verdict], list[list[float]]]:
+    """Each row's acceptance walk over the tokens drawn at every tree position; emitted logprobs.
+
+    One native call for all rows when the core is built. Draws off the accepted path are
+    discarded (they were made with the uniforms the walk would use there, so the walk emits what
+    drawing depth by depth would).
+    """
+    if native.core is not None:
+        walked = native.core.walk_drawn(
+            [d.token_ids for d in drafts], [d.parents for d in drafts], tokens, logprobs
+        )
+        return [Verdict(a, t, p) for a, t, p, _ in walked], [lps for *_, lps in walked]
+    walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
+    logprob_rows = _advance_walks(walks, tokens, logprobs)
+    return [walk.verdict() for walk in walks], logprob_rows
+
+
+def _advance_walks(
     walks: Sequence[TreeWalk], tokens: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]]
 ) -> list[list[float]]:
-    """Advance each row's walk with the tokens drawn at every tree position; the emitted logprobs.
-
-    Draws off the accepted path are discarded (they were made with the uniforms the walk would
-    use there, so the walk emits what drawing depth by depth would).
-    """
+    """Advance each row's walk with the tokens drawn at every tree position; the emitted logprobs."""
     logprob_rows: list[list[float]] = []
     for walk, drawn, lps in zip(walks, tokens, logprobs, strict=True):
         row: list[float] = []
