@@ -22,7 +22,7 @@ from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.scheduler import _commit_tokens
 from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.acceptance import Acceptance
-from srt_agent.engine.speculation.budget import CostModel, _depth_sums, _node_stats
+from srt_agent.engine.speculation.budget import CostModel, _depth_sums, _node_stats, subtree
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Emitted, _walk_drawn
 from srt_agent.engine.step_graphs import StepGraphs, bucket
@@ -168,3 +168,30 @@ def test_native_acceptance_walks_equal_the_python_ones(monkeypatch: pytest.Monke
             monkeypatch.setattr(native, "core", backend)
             got.append(_walk_drawn(drafts, drawn, logprobs))
         assert got[0] == got[1]
+
+
+def test_a_subtree_of_the_first_nodes_equals_the_reindexed_one() -> None:
+    rng = random.Random(5)
+    for _ in range(500):
+        draft = _random_draft(rng)
+        k = rng.randint(1, len(draft))
+        nodes = list(range(k)) if rng.random() < 0.5 else _closed_sample(rng, draft)
+        kept = sorted(nodes)
+        index = {j: i for i, j in enumerate(kept)}
+        expected = (
+            tuple(draft.token_ids[j] for j in kept),
+            tuple(index[draft.parents[j]] if draft.parents[j] >= 0 else -1 for j in kept),
+            tuple(draft.probs[j] for j in kept),
+        )
+        got = subtree(draft, nodes)
+        assert (got.token_ids, got.parents, got.probs) == expected
+
+
+def _closed_sample(rng: random.Random, draft: DraftTree) -> list[int]:
+    """Random nodes of ``draft`` with all their ancestors (a valid subtree's nodes)."""
+    chosen: set[int] = set()
+    for j in rng.sample(range(len(draft)), rng.randint(1, len(draft))):
+        while j >= 0 and j not in chosen:
+            chosen.add(j)
+            j = draft.parents[j]
+    return list(chosen)

@@ -90,6 +90,16 @@ def subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree:
     if not nodes:
         return EMPTY_DRAFT
     kept = sorted(nodes)
+    k = len(kept)
+    if kept[-1] == k - 1:  # the first k nodes (a ranked draft's best): parents stay as they are
+        return DraftTree.trusted(
+            draft.token_ids[:k],
+            draft.parents[:k],
+            draft.probs[:k],
+            draft.source,
+            draft.runahead[:k],
+            draft.backoff,
+        )
     index = {j: i for i, j in enumerate(kept)}
     parents = []
     for j in kept:
