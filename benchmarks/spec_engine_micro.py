@@ -25,7 +25,9 @@ JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` wi
 ``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
 ``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, and with static steps (``--static``, always on a
 GPU) ``host_us_per_token``: the engine's step time less the device's (launches and waits), per
-generated token, i.e. the host's Python work; and the settings.
+generated token, i.e. the host's Python work; with ``--profile DIR``, ``{off,perfect}_device_ms_per_step``
+(kernel time per decode/verify step, from torch.profiler; tables in DIR) and ``_steps``; and the
+settings.
 """
 
 from __future__ import annotations
@@ -134,6 +136,61 @@ def _decode_rate(
     )
 
 
+def _profile(
+    engine: TorchEngine,
+    prompts: list[tuple[int, ...]],
+    new_tokens: int,
+    temperature: float,
+    folder: str,
+    name: str,
+    batch: int,
+) -> dict[str, float | int | str]:
+    """Profile one generation with torch.profiler: kernel time per decode/verify step.
+
+    Writes ``{folder}/{name}_b{batch}.txt`` (operators and kernels by device time, then by host
+    time) and returns ``{name}_device_ms_per_step_b{batch}`` (kernel time of the whole generation,
+    prefill included, over its decode and verify steps) and ``{name}_steps_b{batch}``.
+    """
+    import os
+
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    before = engine.stats().decode_steps
+    prof = profile(activities=activities)
+    # The profiler records host operators on the thread that starts it: the engine's worker.
+    engine._call(prof.start)
+    try:
+        engine.generate(_requests(prompts, new_tokens, temperature))
+    finally:
+        engine._call(prof.stop)
+    steps = max(engine.stats().decode_steps - before, 1)
+    averages = prof.key_averages()
+
+    def device_us(event: object) -> float:
+        for attr in ("self_device_time_total", "self_cuda_time_total"):
+            value = getattr(event, attr, None)
+            if value is not None:
+                return float(value)
+        return 0.0
+
+    total = sum(device_us(e) for e in averages)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}_b{batch}.txt"), "w") as f:
+        f.write(f"{name} batch {batch}: {steps} decode/verify steps, kernels {total / 1000:.1f} ms\n\n")
+        for key in ("self_device_time_total", "self_cpu_time_total"):
+            try:
+                f.write(averages.table(sort_by=key, row_limit=25) + "\n")
+            except (AttributeError, KeyError, ValueError):  # an older torch names the column otherwise
+                f.write(averages.table(sort_by="self_cuda_time_total", row_limit=25) + "\n")
+    return {
+        f"{name}_device_ms_per_step_b{batch}": round(total / 1000 / steps, 4),
+        f"{name}_steps_b{batch}": steps,
+    }
+
+
 def run(
     batch_sizes: Sequence[int],
     new_tokens: int,
@@ -143,12 +200,14 @@ def run(
     device: str,
     model: str | None = None,
     static: bool = False,
+    profile: str | None = None,
 ) -> dict[str, float | int | str]:
     """Measure the three systems at each batch size; returns a flat record.
 
     ``model``: the checkpoint to measure (default: a random embedded-shaped model). ``static``:
     every step in static shapes (CUDA graphs on a GPU; on a CPU the same host path without
-    capture), which also reports the host's own work per token.
+    capture), which also reports the host's own work per token. ``profile``: a folder where one
+    generation of ``off`` and ``perfect`` per batch size is profiled (see :func:`_profile`).
     """
     static = static or torch.device(device).type == "cuda"
     record: dict[str, float | int | str] = {
@@ -205,6 +264,11 @@ def run(
                             cpu_rates[name].append(cpu)
                             host[name].append(got.host_us_per_token)
                             per_forward[name] = tpf
+                if profile is not None:
+                    for name in ("off", "perfect"):
+                        record.update(
+                            _profile(engines[name], prompts, new_tokens, temperature, profile, name, b)
+                        )
                 for name in engines:
                     record[f"{name}_tokens_per_forward_b{b}"] = round(per_forward[name], 2)
                     if static:
@@ -235,6 +299,9 @@ def main() -> None:
     parser.add_argument(
         "--static", action="store_true", help="static-shape steps on a CPU too (reports host µs per token)"
     )
+    parser.add_argument(
+        "--profile", help="a folder: profile one generation of off and perfect per batch there"
+    )
     parser.add_argument("--json", help="also write the record here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -247,6 +314,7 @@ def main() -> None:
         args.device,
         args.model,
         args.static,
+        args.profile,
     )
     header = (
         "batch",
