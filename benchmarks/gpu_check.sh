@@ -92,7 +92,7 @@ fi
 
 stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" \
     --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
-stage micro 60 env PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/spec_engine_micro.py --model "$model" --device "$device" \
+stage micro 90 env PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/spec_engine_micro.py --model "$model" --device "$device" \
     --batch-sizes 1 32 --new-tokens 128 --repeats 2 --profile "$out/profile" --json "$out/micro.json"
 stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
     "trainer.steps=$train_steps" "trainer.time_limit_s=$train_time" trainer.out_dir=runs/gpu-check-train \
