@@ -139,6 +139,22 @@ py::tuple node_stats(py::handle probs, py::handle parents) {
 // The cost model's ranking of one draft's nodes (see CostModel.rank): the order (by capped
 // probability, then depth, then index) and each node's expected acceptance, min(1, rate * q)
 // capped by its parent's. ``rates[d - 1]``: the calibration factor at depth d.
+py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates);
+
+// rank_nodes for every row of a step: ``drafts`` (objects with ``probs`` and ``parents``) and
+// per row its rates by depth.
+py::list rank_many(py::handle drafts, py::handle rates) {
+    const Seq ds(drafts, "drafts must be a sequence");
+    const Seq rs(rates, "rates must be a sequence of rows");
+    if (rs.size() != ds.size()) throw std::invalid_argument("rank_many: one rates row per draft");
+    py::list out;
+    for (Py_ssize_t i = 0; i < ds.size(); ++i) {
+        const py::handle draft(ds[i]);
+        out.append(rank_nodes(draft.attr("probs"), draft.attr("parents"), rs[i]));
+    }
+    return out;
+}
+
 py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates) {
     const Seq p(probs, "probs must be a sequence");
     const Seq up(parents, "parents must be a sequence");
@@ -269,6 +285,8 @@ PYBIND11_MODULE(_native, m) {
           "Per node: probability capped by its ancestors' (clipped to [0, 1]) and depth.");
     m.def("rank_nodes", &rank_nodes, py::arg("probs"), py::arg("parents"), py::arg("rates"),
           "A draft's node order and expected acceptances, as the cost model ranks them.");
+    m.def("rank_many", &rank_many, py::arg("drafts"), py::arg("rates"),
+          "rank_nodes for every row of a step (drafts with probs and parents, rates per row).");
     m.def("depth_sums", &depth_sums, py::arg("probs"), py::arg("parents"), py::arg("accepted"),
           "Per depth of a verified draft: (depth, nodes, sum of capped probabilities, accepted).");
     m.def("walk_drawn", &walk_drawn, py::arg("token_ids"), py::arg("parents"), py::arg("drawn"), py::arg("logprobs"),

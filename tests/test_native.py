@@ -195,3 +195,20 @@ def _closed_sample(rng: random.Random, draft: DraftTree) -> list[int]:
             chosen.add(j)
             j = draft.parents[j]
     return list(chosen)
+
+
+@needs_core
+def test_native_choice_of_drafts_equals_the_python_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(6)
+    core = native.core
+    for _ in range(100):
+        drafts = [_random_draft(rng) for _ in range(rng.randint(1, 8))]
+        groups = [rng.choice(["a", "b"]) for _ in drafts]
+        got = []
+        for backend in (core, None):
+            monkeypatch.setattr(native, "core", backend)
+            model = CostModel(SpecConfig())
+            model.set_prior([(1, 1e-3), (2, 1.2e-3), (5, 1.5e-3), (9, 2e-3), (17, 3e-3)])
+            chosen = model.choose(drafts, groups)
+            got.append([(d.token_ids, d.parents, d.probs) for d in chosen])
+        assert got[0] == got[1]
