@@ -308,6 +308,7 @@ class Speculator:
             verdicts = [walk.verdict() for walk in walks]
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
+        verified: list[tuple[str, int, int, int]] = []
         for seq, draft, verdict, lps in zip(rows, drafts, verdicts, logprob_rows, strict=True):
             if seq.request.params.temperature > 0:
                 seq.skip_uniforms(len(verdict.tokens))
@@ -315,8 +316,9 @@ class Speculator:
             emitted.append(Emitted(list(verdict.tokens), lps, kept if len(kept) > 1 else None))
             accepted.append(verdict.accepted)
             if draft:
-                runahead = sum(1 for j in verdict.accepted if draft.runahead and draft.runahead[j])
-                self.counters.add_verified(draft.source, len(draft), len(verdict.accepted), runahead)
+                runahead = sum(1 for j in verdict.accepted if draft.runahead[j]) if draft.runahead else 0
+                verified.append((draft.source, len(draft), len(verdict.accepted), runahead))
+        self.counters.add_verified_many(verified)
         self.cost.observe_verify(drafts, accepted, [s.request.draft_group for s in rows])
         self.counters.add(verify_forwards=1)
         self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)

@@ -139,17 +139,33 @@ class SpecCounters:
 
     def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
         """Record one row's verification of a non-empty draft."""
+        self.add_verified_many([(source, drafted, accepted, runahead_accepted)])
+
+    def add_verified_many(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
+        """:meth:`add_verified` for every drafted row of a step, under one lock acquisition.
+
+        Args:
+            rows: ``(source, drafted, accepted, runahead_accepted)`` per row that verified a draft.
+        """
+        if not rows:
+            return
+        drafted = accepted_total = runahead = 0
         with self._lock:
+            histogram, sources = self._histogram, self._sources
+            for source, n, accepted, from_runahead in rows:
+                drafted += n
+                accepted_total += accepted
+                runahead += from_runahead
+                sources[source] += 1
+                if accepted >= len(histogram):
+                    histogram.extend([0] * (accepted + 1 - len(histogram)))
+                histogram[accepted] += 1
             self._ints.update(
-                drafted_row_steps=1,
+                drafted_row_steps=len(rows),
                 nodes_drafted=drafted,
-                nodes_accepted=accepted,
-                runahead_nodes_accepted=runahead_accepted,
+                nodes_accepted=accepted_total,
+                runahead_nodes_accepted=runahead,
             )
-            self._sources[source] += 1
-            if accepted >= len(self._histogram):
-                self._histogram.extend([0] * (accepted + 1 - len(self._histogram)))
-            self._histogram[accepted] += 1
 
     def snapshot(self, reset: bool = False) -> SpecStats:
         """The counters as a :class:`SpecStats`; with ``reset``, start counting afresh."""
