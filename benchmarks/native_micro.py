@@ -78,10 +78,11 @@ def run(rows: int, nodes: int, repeats: int) -> dict[str, float | int]:
     accepted = [list(range(nodes // 2)) for _ in drafts]
     buffers = _Buffers(rows, tb)
     model = CostModel(SpecConfig())
+    groups = [""] * rows
     fill = StepGraphs._fill
     steps: dict[str, Callable[[], object]] = {
         "tree_layout": lambda: fill(buffers, ids, prefix, parents, uniforms, params, rows, tb),  # type: ignore[arg-type]
-        "rank": lambda: [model.rank(d) for d in drafts],
+        "rank": lambda: model._rank_all(drafts, groups),
         "depth_sums": lambda: [_depth_sums(d, a) for d, a in zip(drafts, accepted, strict=True)],
         "walk": lambda: _walk_drawn(drafts, drawn, logprobs),
     }

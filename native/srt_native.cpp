@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,34 +68,35 @@ py::tuple tree_layout(py::handle ids, py::handle parents, py::handle uniforms, p
     float* fout = floats.mutable_data();
     int64_t* masks = out + n;
     int64_t* depths = out + 2 * n;
+    std::optional<Seq> all_u;
+    if (has_u) all_u.emplace(uniforms, "uniforms must be a sequence of rows");
+    std::vector<int64_t> up_row;
     std::vector<double> us;
     for (int64_t b = 0; b < bb; ++b) {
         const bool real = b < rows.size();
-        Py_ssize_t len = 0, plen = 0;
+        Py_ssize_t len = 0;
+        up_row.clear();
         if (real) {
             const Seq row(rows[b], "a row of ids must be a sequence");
             const Seq up(ups[b], "a row of parents must be a sequence");
             len = row.size();
-            plen = up.size();
             if (len > tb) throw std::invalid_argument("tree_layout: a row is wider than the bucket");
-            for (Py_ssize_t j = 0; j < len; ++j) out[b * tb + j] = row.integer(j);
-            for (int64_t j = 0; j < tb; ++j) {
-                int64_t parent = j < len ? (j < plen ? up.integer(j) : -1) : j - 1;
-                if (parent >= j) throw std::invalid_argument("tree_layout: a parent must precede its child");
-                masks[b * tb + j] = (parent >= 0 ? masks[b * tb + parent] : 0) | (int64_t{1} << j);
-                depths[b * tb + j] = parent >= 0 ? depths[b * tb + parent] + 1 : 0;
+            for (Py_ssize_t j = 0; j < len; ++j) {
+                out[b * tb + j] = row.integer(j);
+                up_row.push_back(j < up.size() ? up.integer(j) : -1);
             }
-        } else {
-            for (int64_t j = 0; j < tb; ++j) {
-                masks[b * tb + j] = (j > 0 ? masks[b * tb + j - 1] : 0) | (int64_t{1} << j);
-                depths[b * tb + j] = j > 0 ? depths[b * tb + j - 1] + 1 : 0;
-            }
+        }
+        for (int64_t j = 0; j < tb; ++j) {
+            // Past the row's tree (and in padding rows) positions chain onto the previous one.
+            const int64_t parent = j < len ? up_row[j] : j - 1;
+            if (parent >= j) throw std::invalid_argument("tree_layout: a parent must precede its child");
+            masks[b * tb + j] = (parent >= 0 ? masks[b * tb + parent] : 0) | (int64_t{1} << j);
+            depths[b * tb + j] = parent >= 0 ? depths[b * tb + parent] + 1 : 0;
         }
         for (int64_t j = len; j < tb; ++j) out[b * tb + j] = 0;
         us.assign(1, 0.5);
         if (real && has_u) {
-            const Seq all(uniforms, "uniforms must be a sequence of rows");
-            const Seq row_u(all[b], "a row of uniforms must be a sequence");
+            const Seq row_u((*all_u)[b], "a row of uniforms must be a sequence");
             if (row_u.size() == 0) throw std::invalid_argument("tree_layout: a row has no uniforms");
             us.resize(row_u.size());
             for (Py_ssize_t k = 0; k < row_u.size(); ++k) us[k] = row_u.real(k);
@@ -107,81 +109,58 @@ py::tuple tree_layout(py::handle ids, py::handle parents, py::handle uniforms, p
     return py::make_tuple(3 * n + bb, n);
 }
 
-// Per node of a draft: its probability capped by its ancestors' (clipped to [0, 1]) and depth.
-void node_stats_into(const Seq& probs, const Seq& parents, std::vector<double>& q, std::vector<int64_t>& depth) {
-    const Py_ssize_t n = probs.size();
-    if (parents.size() != n) throw std::invalid_argument("node_stats: probs and parents differ in length");
-    q.resize(n);
-    depth.resize(n);
-    for (Py_ssize_t j = 0; j < n; ++j) {
-        const double value = std::max(0.0, std::min(1.0, probs.real(j)));
-        const int64_t parent = parents.integer(j);
-        if (parent >= j || parent < -1) throw std::invalid_argument("node_stats: bad parent index");
-        q[j] = parent >= 0 ? std::min(value, q[parent]) : value;
-        depth[j] = parent >= 0 ? depth[parent] + 1 : 1;
-    }
-}
-
-py::tuple node_stats(py::handle probs, py::handle parents) {
-    const Seq p(probs, "probs must be a sequence");
-    const Seq up(parents, "parents must be a sequence");
+// Per node of a draft: its probability capped by its ancestors' (clipped to [0, 1]), its depth
+// (1 = child of the root) and its parent; the cost model's ranking and calibration read these.
+struct DraftStats {
     std::vector<double> q;
-    std::vector<int64_t> depth;
-    node_stats_into(p, up, q, depth);
-    py::list qs(q.size()), ds(depth.size());
-    for (size_t j = 0; j < q.size(); ++j) {
-        qs[j] = py::float_(q[j]);
-        ds[j] = py::int_(depth[j]);
+    std::vector<int64_t> depth, parent;
+
+    DraftStats(py::handle probs, py::handle parents) {
+        const Seq p(probs, "probs must be a sequence");
+        const Seq up(parents, "parents must be a sequence");
+        const Py_ssize_t n = p.size();
+        if (up.size() != n) throw std::invalid_argument("a draft's probs and parents differ in length");
+        q.resize(n);
+        depth.resize(n);
+        parent.resize(n);
+        for (Py_ssize_t j = 0; j < n; ++j) {
+            const double value = std::max(0.0, std::min(1.0, p.real(j)));
+            const int64_t pj = up.integer(j);
+            if (pj >= j || pj < -1) throw std::invalid_argument("a draft node's parent must precede it");
+            parent[j] = pj;
+            q[j] = pj >= 0 ? std::min(value, q[pj]) : value;
+            depth[j] = pj >= 0 ? depth[pj] + 1 : 1;
+        }
     }
-    return py::make_tuple(qs, ds);
-}
+    Py_ssize_t size() const { return static_cast<Py_ssize_t>(q.size()); }
+};
 
 // The cost model's ranking of one draft's nodes (see CostModel.rank): the order (by capped
 // probability, then depth, then index) and each node's expected acceptance, min(1, rate * q)
 // capped by its parent's. ``rates[d - 1]``: the calibration factor at depth d.
-py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates);
-
-// rank_nodes for every row of a step: ``drafts`` (objects with ``probs`` and ``parents``) and
-// per row its rates by depth.
-py::list rank_many(py::handle drafts, py::handle rates) {
-    const Seq ds(drafts, "drafts must be a sequence");
-    const Seq rs(rates, "rates must be a sequence of rows");
-    if (rs.size() != ds.size()) throw std::invalid_argument("rank_many: one rates row per draft");
-    py::list out;
-    for (Py_ssize_t i = 0; i < ds.size(); ++i) {
-        const py::handle draft(ds[i]);
-        out.append(rank_nodes(draft.attr("probs"), draft.attr("parents"), rs[i]));
-    }
-    return out;
-}
-
-py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates) {
-    const Seq p(probs, "probs must be a sequence");
-    const Seq up(parents, "parents must be a sequence");
+py::tuple rank_nodes(const DraftStats& st, py::handle rates) {
     const Seq r(rates, "rates must be a sequence");
-    std::vector<double> q;
-    std::vector<int64_t> depth;
-    node_stats_into(p, up, q, depth);
-    const Py_ssize_t n = p.size();
+    const Py_ssize_t n = st.size();
     std::vector<double> values(n);
     bool ranked = true;
     double last_q = 2.0;
     int64_t last_d = 0;
     for (Py_ssize_t j = 0; j < n; ++j) {
-        if (depth[j] > r.size()) throw std::invalid_argument("rank_nodes: no rate for a node's depth");
-        const double v = std::min(1.0, r.real(depth[j] - 1) * q[j]);
-        const int64_t parent = up.integer(j);
-        values[j] = parent >= 0 ? std::min(v, values[parent]) : v;
-        if (q[j] > last_q || (q[j] == last_q && depth[j] < last_d)) ranked = false;
-        last_q = q[j];
-        last_d = depth[j];
+        const double qj = st.q[j];
+        const int64_t dj = st.depth[j];
+        if (dj > r.size()) throw std::invalid_argument("rank_many: no rate for a node's depth");
+        const double v = std::min(1.0, r.real(dj - 1) * qj);
+        values[j] = st.parent[j] >= 0 ? std::min(v, values[st.parent[j]]) : v;
+        if (qj > last_q || (qj == last_q && dj < last_d)) ranked = false;
+        last_q = qj;
+        last_d = dj;
     }
     std::vector<Py_ssize_t> order(n);
     for (Py_ssize_t j = 0; j < n; ++j) order[j] = j;
     if (!ranked) {
         std::sort(order.begin(), order.end(), [&](Py_ssize_t a, Py_ssize_t b) {
-            if (q[a] != q[b]) return q[a] > q[b];
-            if (depth[a] != depth[b]) return depth[a] < depth[b];
+            if (st.q[a] != st.q[b]) return st.q[a] > st.q[b];
+            if (st.depth[a] != st.depth[b]) return st.depth[a] < st.depth[b];
             return a < b;
         });
     }
@@ -193,17 +172,27 @@ py::tuple rank_nodes(py::handle probs, py::handle parents, py::handle rates) {
     return py::make_tuple(out_order, out_values);
 }
 
+// The ranking of every row's draft of a step: ``drafts`` (objects with ``probs`` and
+// ``parents``) and per row its rates by depth.
+py::list rank_many(py::handle drafts, py::handle rates) {
+    const Seq ds(drafts, "drafts must be a sequence");
+    const Seq rs(rates, "rates must be a sequence of rows");
+    if (rs.size() != ds.size()) throw std::invalid_argument("rank_many: one rates row per draft");
+    py::list out;
+    for (Py_ssize_t i = 0; i < ds.size(); ++i) {
+        const py::handle draft(ds[i]);
+        out.append(rank_nodes(DraftStats(draft.attr("probs"), draft.attr("parents")), rs[i]));
+    }
+    return out;
+}
+
 // One verify step's evidence for the acceptance calibration from one draft: per depth (1 =
 // child of the root, ascending), the nodes verified, the sum of their capped probabilities (in
 // node order) and how many were accepted. ``accepted``: the accepted node indices.
 py::list depth_sums(py::handle probs, py::handle parents, py::handle accepted) {
-    const Seq p(probs, "probs must be a sequence");
-    const Seq up(parents, "parents must be a sequence");
+    const DraftStats st(probs, parents);
     const Seq acc(accepted, "accepted must be a sequence");
-    std::vector<double> q;
-    std::vector<int64_t> depth;
-    node_stats_into(p, up, q, depth);
-    const Py_ssize_t n = p.size();
+    const Py_ssize_t n = st.size();
     std::vector<char> taken(n, 0);
     for (Py_ssize_t i = 0; i < acc.size(); ++i) {
         const int64_t j = acc.integer(i);
@@ -211,13 +200,13 @@ py::list depth_sums(py::handle probs, py::handle parents, py::handle accepted) {
         taken[j] = 1;
     }
     int64_t deepest = 0;
-    for (Py_ssize_t j = 0; j < n; ++j) deepest = std::max(deepest, depth[j]);
+    for (Py_ssize_t j = 0; j < n; ++j) deepest = std::max(deepest, st.depth[j]);
     std::vector<int64_t> nodes(deepest + 1, 0), hits(deepest + 1, 0);
     std::vector<double> mass(deepest + 1, 0.0);
     for (Py_ssize_t j = 0; j < n; ++j) {
-        nodes[depth[j]] += 1;
-        mass[depth[j]] += q[j];
-        hits[depth[j]] += taken[j];
+        nodes[st.depth[j]] += 1;
+        mass[st.depth[j]] += st.q[j];
+        hits[st.depth[j]] += taken[j];
     }
     py::list out;
     for (int64_t d = 1; d <= deepest; ++d)
@@ -281,12 +270,8 @@ PYBIND11_MODULE(_native, m) {
     m.def("tree_layout", &tree_layout, py::arg("ids"), py::arg("parents"), py::arg("uniforms"), py::arg("prefix"),
           py::arg("bb"), py::arg("tb"), py::arg("ints"), py::arg("floats"),
           "Write a static tree step's inputs into the buffers; returns (integers, floats) written.");
-    m.def("node_stats", &node_stats, py::arg("probs"), py::arg("parents"),
-          "Per node: probability capped by its ancestors' (clipped to [0, 1]) and depth.");
-    m.def("rank_nodes", &rank_nodes, py::arg("probs"), py::arg("parents"), py::arg("rates"),
-          "A draft's node order and expected acceptances, as the cost model ranks them.");
     m.def("rank_many", &rank_many, py::arg("drafts"), py::arg("rates"),
-          "rank_nodes for every row of a step (drafts with probs and parents, rates per row).");
+          "Every row's draft ranked as the cost model ranks it: (node order, expected acceptances).");
     m.def("depth_sums", &depth_sums, py::arg("probs"), py::arg("parents"), py::arg("accepted"),
           "Per depth of a verified draft: (depth, nodes, sum of capped probabilities, accepted).");
     m.def("walk_drawn", &walk_drawn, py::arg("token_ids"), py::arg("parents"), py::arg("drawn"), py::arg("logprobs"),

@@ -67,6 +67,22 @@ class DraftTree:
         """The cost model's acceptance class: the source, with back-off drafts apart."""
         return f"{self.source}-backoff" if self.backoff else self.source
 
+    def head(self, k: int) -> DraftTree:
+        """The draft's first ``k`` nodes (itself if it has no more).
+
+        Always a valid tree: a node's parent precedes it.
+        """
+        if k >= len(self.token_ids):
+            return self
+        return DraftTree.trusted(
+            self.token_ids[:k],
+            self.parents[:k],
+            self.probs[:k],
+            self.source,
+            self.runahead[:k],
+            self.backoff,
+        )
+
     def children(self, node: int) -> list[int]:
         """Indices of the children of ``node`` (``-1``: the root), in index order."""
         return [i for i, p in enumerate(self.parents) if p == node]

@@ -29,7 +29,7 @@ from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
 from srt_agent.engine.speculation.speculator import Emitted, Speculator, sync
 from srt_agent.engine.speculation.stats import SpecCounters
-from srt_agent.engine.step_graphs import StepGraphs
+from srt_agent.engine.step_graphs import CaptureFreeTimer, StepGraphs
 
 __all__ = ["Detokenizer", "Scheduler", "SequenceState"]
 
@@ -281,20 +281,15 @@ class Scheduler:
     def _decode(self) -> None:
         b = len(self.rows)
         spec = self.speculator
-        captured = self.graphs.capture_seconds if self.graphs is not None else 0.0
         try:
             drafts = spec.drafts(self.rows) if spec is not None else None
-            start = time.perf_counter()
+            timer = CaptureFreeTimer(self.graphs)  # the cost model must not see graph captures
             if spec is not None and drafts is not None:
                 emitted = spec.verify(self.rows, drafts, self._params())
                 width = 1 + max(len(d) for d in drafts)  # tokens per row in the forward, padding included
             else:
                 emitted, width = self._plain_decode(), 1
-            seconds = time.perf_counter() - start
-            if self.graphs is not None:
-                # A first step of a shape also captured its graph: a one-off, not what a step of
-                # that shape costs, so the cost model must not see it.
-                seconds = max(seconds - (self.graphs.capture_seconds - captured), 0.0)
+            seconds = timer.seconds()
         except Exception as exc:  # a failed batched forward cannot be pinned on one row
             log.exception("decode step failed")
             self.abort_all(f"decode step failed: {type(exc).__name__}: {exc}")

@@ -213,14 +213,14 @@ class StepGraphs:
         span = min(bucket(need, MIN_SPAN), self.max_span)
         flags = sampling_flags(params, self.model.config.vocab_size)
         self._fill(ids, prefix, parents, uniforms, params, bb, tb)
-        started, captured = time.perf_counter(), self.capture_seconds
+        timer = CaptureFreeTimer(self)
         out, replayed = self._launch(("step", bb, tb, span, flags))
         if replayed:
             self.replays += 1
         else:
             self.eager_steps += 1
         values = out[:, :rows, :width].cpu()  # the step's one sync
-        self._waited(started, captured)
+        self.device_seconds += timer.seconds()
         return StepDraws(values[0].long().tolist(), values[1].tolist())
 
     def prefill(
@@ -272,16 +272,12 @@ class StepGraphs:
             params,
             pad,
         )
-        started, captured = time.perf_counter(), self.capture_seconds
+        timer = CaptureFreeTimer(self)
         out, _ = self._launch(("prefill", kb, tb, span, flags))
         self.prefills += 1
         values = out[:, :rows].cpu()  # the prefill's one sync
-        self._waited(started, captured)
+        self.device_seconds += timer.seconds()
         return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
-
-    def _waited(self, started: float, captured: float) -> None:
-        """Add the device time of a step launched at ``started`` (a capture it made excluded)."""
-        self.device_seconds += time.perf_counter() - started - (self.capture_seconds - captured)
 
     def _launch(self, key: _Key) -> tuple[torch.Tensor, bool]:
         """Run the step of ``key`` on the inputs just filled: its output, and whether it was a replay."""
@@ -420,3 +416,26 @@ class StepGraphs:
             graph.capture_end()
         current.wait_stream(side)
         return graph, out
+
+
+class CaptureFreeTimer:
+    """Times engine work from its creation, leaving out graph captures made meanwhile.
+
+    A step's first run at a new shape also captures its graph: a one-off, not what a step of that
+    shape costs, so timings the cost model and the host/device split read must not include it.
+
+    Args:
+        graphs: The engine's static steps (``None``: no captures, a plain timer).
+    """
+
+    def __init__(self, graphs: StepGraphs | None) -> None:
+        self._graphs = graphs
+        self._captured = graphs.capture_seconds if graphs is not None else 0.0
+        self._start = time.perf_counter()
+
+    def seconds(self) -> float:
+        """Seconds since creation, less the capture time in between (never negative)."""
+        elapsed = time.perf_counter() - self._start
+        if self._graphs is not None:
+            elapsed -= self._graphs.capture_seconds - self._captured
+        return max(elapsed, 0.0)

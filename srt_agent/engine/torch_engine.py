@@ -19,7 +19,6 @@ import logging
 import queue
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from srt_agent.engine.sequence import load_tokenizer
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
 from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
-from srt_agent.engine.step_graphs import StepGraphs, bucket
+from srt_agent.engine.step_graphs import CaptureFreeTimer, StepGraphs, bucket
 
 log = logging.getLogger(__name__)
 
@@ -448,17 +447,13 @@ class TorchEngine:
     def _timed_step(self) -> None:
         """One scheduler step, its time (and the device's share of it) added to the counters."""
         graphs = self.graphs
-        started = time.perf_counter()
         device = graphs.device_seconds if graphs is not None else 0.0
-        captured = graphs.capture_seconds if graphs is not None else 0.0
+        timer = CaptureFreeTimer(graphs)
         try:
             self._scheduler.step()
         finally:
-            seconds = time.perf_counter() - started
-            if graphs is not None:
-                seconds -= graphs.capture_seconds - captured
-                device = graphs.device_seconds - device
-            self._counters.add_time(step=seconds, device=device)
+            device = graphs.device_seconds - device if graphs is not None else 0.0
+            self._counters.add_time(step=timer.seconds(), device=device)
 
     def _handle(self, item: object) -> None:
         if isinstance(item, SequenceState):

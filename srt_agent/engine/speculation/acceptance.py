@@ -54,7 +54,7 @@ class Acceptance:
 
     def rates(self, source: str, depths: int) -> list[float]:
         """:meth:`rate` at depths ``1 .. depths`` (cached until the next observation)."""
-        key = (source, -depths)  # negative depths: this cache's keys never meet :meth:`rate`'s
+        key = (source, depths)
         cached = self._rate_lists.get(key)
         if cached is None:
             cached = self._rate_lists[key] = [self.rate(source, d) for d in range(1, depths + 1)]

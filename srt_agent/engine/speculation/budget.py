@@ -90,16 +90,8 @@ def subtree(draft: DraftTree, nodes: Sequence[int]) -> DraftTree:
     if not nodes:
         return EMPTY_DRAFT
     kept = sorted(nodes)
-    k = len(kept)
-    if kept[-1] == k - 1:  # the first k nodes (a ranked draft's best): parents stay as they are
-        return DraftTree.trusted(
-            draft.token_ids[:k],
-            draft.parents[:k],
-            draft.probs[:k],
-            draft.source,
-            draft.runahead[:k],
-            draft.backoff,
-        )
+    if kept[-1] == len(kept) - 1:  # the first nodes (a ranked draft's best): parents stay as they are
+        return draft.head(len(kept))
     index = {j: i for i, j in enumerate(kept)}
     parents = []
     for j in kept:
@@ -294,12 +286,19 @@ class CostModel:
         acceptance is the calibrated probability, capped by its parent's (accepted only after it).
         ``group`` is the request's ``draft_group``: calibration is kept per group.
         """
+        return self._rank_all([draft], [group])[0]
+
+    def _rank_all(self, drafts: Sequence[DraftTree], groups: Sequence[str]) -> list[Ranked]:
+        """:meth:`rank` of every row's draft (one native call for all of them when built)."""
+        if native.core is None:
+            return [self._rank_one(d, g) for d, g in zip(drafts, groups, strict=True)]
+        rates = self.acceptance.rates
+        per_row = [rates(_calibration_key(d, g), len(d)) for d, g in zip(drafts, groups, strict=True)]
+        return [Ranked(order, values) for order, values in native.core.rank_many(drafts, per_row)]
+
+    def _rank_one(self, draft: DraftTree, group: str) -> Ranked:
+        """:meth:`rank` in Python (the native core's reference)."""
         rate, key = self.acceptance.rate, _calibration_key(draft, group)
-        if native.core is not None:  # the same ranking in C++, from the rates by depth
-            order, ranked_values = native.core.rank_nodes(
-                draft.probs, draft.parents, self.acceptance.rates(key, len(draft))
-            )
-            return Ranked(order, ranked_values)
         q, depth = _node_stats(draft)
         values: list[float] = []
         # Whether the nodes already come in rank order (the tree cache's best-first drafts do):
@@ -316,14 +315,6 @@ class CostModel:
             return Ranked(tuple(range(n)), tuple(values))
         order = sorted(range(n), key=lambda j: (-q[j], depth[j], j))
         return Ranked(tuple(order), tuple(values[j] for j in order))
-
-    def _rank_all(self, drafts: Sequence[DraftTree], groups: Sequence[str]) -> list[Ranked]:
-        """:meth:`rank` of every row's draft (one native call for all of them when built)."""
-        if native.core is None:
-            return [self.rank(d, g) for d, g in zip(drafts, groups, strict=True)]
-        rates = self.acceptance.rates
-        per_row = [rates(_calibration_key(d, g), len(d)) for d, g in zip(drafts, groups, strict=True)]
-        return [Ranked(order, values) for order, values in native.core.rank_many(drafts, per_row)]
 
     def choose(self, drafts: Sequence[DraftTree], groups: Sequence[str] | None = None) -> list[DraftTree]:
         """Trim the drafts to the nodes worth verifying this step (one common width).
@@ -435,9 +426,6 @@ def _depth_sums(draft: DraftTree, accepted: Sequence[int]) -> list[tuple[int, in
 
 def _node_stats(draft: DraftTree) -> tuple[list[float], list[int]]:
     """Per node: its probability capped by its ancestors' (clipped to [0, 1]), and its depth."""
-    if native.core is not None:
-        stats: tuple[list[float], list[int]] = native.core.node_stats(draft.probs, draft.parents)
-        return stats
     q: list[float] = []
     depth: list[int] = []
     for p, parent in zip(draft.probs, draft.parents, strict=True):

@@ -239,14 +239,7 @@ class Speculator:
             return EMPTY_DRAFT
         if len(draft) > budget:  # a prefix of a topological order is a valid subtree
             log.warning("draft source returned %d nodes for a budget of %d; truncating", len(draft), budget)
-            draft = DraftTree(
-                draft.token_ids[:budget],
-                draft.parents[:budget],
-                draft.probs[:budget],
-                draft.source,
-                draft.runahead[:budget],
-                draft.backoff,
-            )
+            draft = draft.head(budget)
         return draft
 
     @torch.inference_mode()

@@ -137,12 +137,8 @@ class SpecCounters:
                 self._seconds.update({"idle": time.perf_counter() - self._idle_since})
                 self._idle_since = None
 
-    def add_verified(self, source: str, drafted: int, accepted: int, runahead_accepted: int) -> None:
-        """Record one row's verification of a non-empty draft."""
-        self.add_verified_many([(source, drafted, accepted, runahead_accepted)])
-
     def add_verified_many(self, rows: Sequence[tuple[str, int, int, int]]) -> None:
-        """:meth:`add_verified` for every drafted row of a step, under one lock acquisition.
+        """Record every row of a step that verified a non-empty draft, under one lock acquisition.
 
         Args:
             rows: ``(source, drafted, accepted, runahead_accepted)`` per row that verified a draft.
