@@ -44,9 +44,11 @@ setup(
     ext_modules=[
         Pybind11Extension(
             "srt_agent._native",
-            ["native/srt_native.cpp"],
+            ["native/srt_native.cpp", "native/tree_core.cpp", "native/tree_core_py.cpp"],
             cxx_std=17,
             extra_compile_args=["-O3"],
+            include_dirs=["native"],
+            depends=["native/tree_core.h"],
         )
     ],
     cmdclass={"build_ext": OptionalBuildExt},

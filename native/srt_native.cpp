@@ -15,6 +15,8 @@
 
 namespace py = pybind11;
 
+void bind_tree_core(py::module_& m);  // tree_core_py.cpp
+
 namespace {
 
 // A borrowed view of a Python list or tuple (PySequence_Fast), owning its reference.
@@ -266,6 +268,7 @@ py::list walk_drawn(py::handle token_ids, py::handle parents, py::handle drawn, 
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
+    bind_tree_core(m);
     m.doc() = "srt-agent's native core (C++): per-step host work of speculative decoding.";
     m.def("tree_layout", &tree_layout, py::arg("ids"), py::arg("parents"), py::arg("uniforms"), py::arg("prefix"),
           py::arg("bb"), py::arg("tb"), py::arg("ints"), py::arg("floats"),

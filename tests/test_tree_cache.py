@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from srt_agent.contracts.draft import DraftSourceProtocol, DraftTree
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig, TreeCacheStats
 
+pytestmark = pytest.mark.usefixtures("cache_backend")
+
 
 def paths(draft: DraftTree) -> dict[tuple[int, ...], float]:
     return {tuple(draft.token_ids[j] for j in draft.path(i)): draft.probs[i] for i in range(len(draft))}

@@ -9,6 +9,8 @@ import pytest
 from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
+pytestmark = pytest.mark.usefixtures("cache_backend")
+
 
 def q(stream: str, generated: list[int], budget: int = 8, state: str = "s", task: str = "T") -> DraftQuery:
     return DraftQuery(stream, state, task, [9], generated, budget)
@@ -48,12 +50,16 @@ def test_batched_drafts_equal_per_row_drafts() -> None:
 
 def test_the_cursor_spares_the_walk_from_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
     cache = TreeCache()
+    if cache.backend != "python":
+        pytest.skip("reads the Python core's internals")
     text = list(range(1, 400))
     cache.insert("s", "T", [*text, 0])
     cache.extend("r", "s", "T", text[:300])
     walked = []
-    locate = cache._locate
-    monkeypatch.setattr(cache, "_locate", lambda state, gen: walked.append(len(gen)) or locate(state, gen))
+    locate = cache._core._locate  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        cache._core, "_locate", lambda state, gen: walked.append(len(gen)) or locate(state, gen)
+    )
     draft = cache.draft_many([q("r", text[:300])])[0]
     assert (draft.source, draft.token_ids) == ("exact", tuple(text[300:308]))
     assert walked == []  # served from the stream's cursor

@@ -1,13 +1,20 @@
-"""The byte estimate is honest (close to what tracemalloc measures) and returns to zero when emptied."""
+"""The byte estimate is honest (close to the memory each core holds) and returns to zero when emptied."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import json
 import random
 import tracemalloc
 
-from srt_agent.tree_cache import TreeCache
+import pytest
+
+from srt_agent import native
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
+
+PYTHON = TreeCacheConfig(backend="python")
 
 
 def workload(states: int = 16, group: int = 8, length: int = 160, vocab: int = 30_000) -> list[tuple]:
@@ -43,7 +50,7 @@ def test_byte_estimate_is_close_to_measured_memory() -> None:
     gc.collect()
     tracemalloc.start()
     try:
-        cache = TreeCache()
+        cache = TreeCache(PYTHON)
         fill(cache, data)
         gc.collect()
         measured = tracemalloc.get_traced_memory()[0]
@@ -53,6 +60,57 @@ def test_byte_estimate_is_close_to_measured_memory() -> None:
     assert 0.8 <= estimate / measured <= 1.25, (estimate, measured)
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _heap_in_use() -> int | None:
+    """Bytes malloc has handed out (glibc's mallinfo2), or ``None`` where it is unavailable."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    fn = getattr(libc, "mallinfo2", None)
+    if fn is None:
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return int(info.uordblks + info.hblkhd)
+
+
+@pytest.mark.skipif(native.core is None, reason="the native core is not built (or SRT_NATIVE=0)")
+def test_native_byte_estimate_is_close_to_the_heap_it_uses() -> None:
+    data = workload()
+    if _heap_in_use() is None:
+        pytest.skip("needs glibc's mallinfo2")
+    gc.collect()
+    before = _heap_in_use()
+    cache = TreeCache(TreeCacheConfig(backend="native"))
+    fill(cache, data)
+    gc.collect()
+    after = _heap_in_use()
+    assert before is not None and after is not None
+    estimate = cache.stats().bytes
+    python_estimate = 0
+    reference = TreeCache(PYTHON)
+    fill(reference, data)
+    python_estimate = reference.stats().bytes
+    assert 0.7 <= estimate / (after - before) <= 1.4, (estimate, after - before)
+    assert estimate < python_estimate  # arrays, not objects: the same budget holds more
+
+
+@pytest.mark.usefixtures("cache_backend")
 def test_bytes_return_to_zero_when_everything_is_evicted() -> None:
     cache = TreeCache()
     fill(cache, workload(states=4, group=4, length=50))
@@ -73,7 +131,7 @@ def test_eviction_frees_memory_without_waiting_for_the_cyclic_gc() -> None:
     gc.disable()
     tracemalloc.start()
     try:
-        cache = TreeCache()
+        cache = TreeCache(PYTHON)
         fill(cache, workload(states=6, group=4, length=100))
         held = tracemalloc.get_traced_memory()[0]
         cache.evict(len(cache))

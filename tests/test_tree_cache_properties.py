@@ -18,6 +18,8 @@ from tree_cache_reference import ReferenceCache
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
+pytestmark = pytest.mark.usefixtures("cache_backend")
+
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 THOROUGH = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

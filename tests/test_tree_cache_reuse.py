@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from chat_fixtures import tiny_tokenizer
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
@@ -17,6 +18,8 @@ from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import state_key
 from srt_agent.messages import system, tool_result, user
 from srt_agent.tree_cache import TreeCache
+
+pytestmark = pytest.mark.usefixtures("cache_backend")
 
 TASK = "calculator-2+2"
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Math.", "parameters": {}}}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,10 +24,16 @@ class TreeCacheConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    backend: Literal["auto", "native", "python"] = Field(
+        default="auto",
+        description="The cache's core: 'native' (C++, built by pip install when a compiler is present), "
+        "'python' (the reference implementation), 'auto' (native when built, else Python).",
+    )
     byte_budget: int = Field(
         default=256 * 2**20,
         ge=0,
-        description="Estimated bytes the cache may hold; over it, least recently used states are evicted.",
+        description="Estimated bytes the cache may hold (of the backend's own structures; the native core's "
+        "are ~3x smaller); over it, least recently used states are evicted.",
     )
     window: int = Field(
         default=3,
