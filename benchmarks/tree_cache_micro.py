@@ -1,14 +1,18 @@
-"""Micro-benchmark of the tree cache's hot path: µs per ``draft`` and per ``extend``.
+"""Micro-benchmark of the tree cache's hot path: µs per ``draft`` and per ``extend``, both cores.
 
 Run: ``python benchmarks/tree_cache_micro.py [--states 64 --group 8 --length 512 --budget 32]
-[--json PATH]``.
+[--backends python,native] [--json PATH]``.
 
 The cache is filled with GRPO-like groups (samples share prefixes with earlier samples of their
 state and reuse common phrases), so each state's tree has thousands of nodes. Each call kind is
-then timed in a loop, single-threaded; the table also shows which source served the drafts and
-how many nodes they had, so a fast path that returns nothing cannot pass for a fast draft.
-``--json PATH`` writes the figures as one flat object: ``<call>_us`` per timed call kind (keys in
-:data:`CALLS`), ``insert_tokens_per_s``, ``nodes_per_state``, ``cache_mib`` and the settings.
+then timed in a loop, single-threaded, once per core (native C++ and the Python reference, side
+by side); the table also shows which source served the drafts and how many nodes they had, so a
+fast path that returns nothing cannot pass for a fast draft. The ``batch_*`` calls are the
+engine's: one ``draft_many`` or ``extend_many`` for ``--rows`` rows, reported per row (drafts) or
+per token (extends). ``--json PATH`` writes the figures as one flat object:
+``<backend>_<call>_us`` per timed call kind (keys in :data:`CALLS`), ``<backend>_insert_tokens_per_s``,
+``<backend>_cache_mib``, ``native_speedup_<call>`` (Python µs / native µs), ``nodes_per_state`` and
+the settings.
 ``--trace TRACE`` (repeatable; an ``srt-agent eval --trace`` file) adds real-trace figures from
 ``draft_replay.py``'s replay: ``trace_{env}_{mode}_draft_us``, ``..._report_us_per_token`` and
 ``..._tokens_per_forward`` for the engine's batched path (``cursor``) and the per-row one (``search``).
@@ -24,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from srt_agent.contracts.draft import DraftTree
+from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 Groups = list[tuple[str, str, list[list[int]]]]
@@ -39,6 +43,10 @@ CALLS = {
     "extend_new": "extend 1 token, new node",
     "extend_existing": "extend 1 token, existing node",
     "extend_existing8": "extend 8 tokens, existing nodes",
+    "batch_draft_exact": "draft_many, per row: stream cursors",
+    "batch_draft_fallback": "draft_many, per row: task fallbacks",
+    "batch_extend_new": "extend_many, per token: new nodes",
+    "batch_extend_existing": "extend_many, per token: existing nodes",
 }
 
 
@@ -112,27 +120,15 @@ def describe(results: list[object]) -> str:
     return f"{mix}; {sum(len(d) for d in drafts) / len(drafts):.1f} nodes"
 
 
-def main() -> None:
-    """Fill a cache and print µs per call of each hot-path operation."""
-    ap = argparse.ArgumentParser(description="Tree cache micro-benchmark: µs per draft / extend.")
-    ap.add_argument("--states", type=int, default=64)
-    ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--length", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=32_000)
-    ap.add_argument("--budget", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=2000)
-    ap.add_argument(
-        "--trace",
-        type=Path,
-        action="append",
-        default=[],
-        help="also replay this eval trace (repeatable): µs per draft call and per reported token",
-    )
-    ap.add_argument("--json", type=Path, default=None, help="also write the figures here (flat JSON)")
-    args = ap.parse_args()
+def measure(
+    backend: str, data: Groups, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float], str]:
+    """Fill a cache with ``backend``'s core and time every call kind.
 
-    data = make_groups(args.states, args.group, args.length, args.vocab)
-    cache = TreeCache()
+    Returns:
+        µs per call kind, fill figures, and a description of each call's drafts.
+    """
+    cache = TreeCache(TreeCacheConfig(backend=backend))  # type: ignore[arg-type]
     t0 = time.perf_counter()
     for key, task, seqs in data:
         for seq in seqs:
@@ -140,20 +136,27 @@ def main() -> None:
     fill_s = time.perf_counter() - t0
     stats = cache.stats()
     print(
-        f"cache: {stats.states} states, {stats.nodes} nodes ({stats.nodes // stats.states} per state), "
-        f"{stats.bytes / 2**20:.1f} MiB estimated; insert() {stats.tokens_added / fill_s / 1e3:.0f}k tokens/s"
+        f"{backend} cache: {stats.states} states, {stats.nodes} nodes "
+        f"({stats.nodes // stats.states} per state), {stats.bytes / 2**20:.1f} MiB estimated; insert() {stats.tokens_added / fill_s / 1e3:.0f}k tokens/s"
     )
-
+    fill = {
+        "insert_tokens_per_s": round(stats.tokens_added / fill_s),
+        "cache_mib": round(stats.bytes / 2**20, 2),
+        "nodes_per_state": stats.nodes // stats.states,
+    }
     rng = random.Random(1)
     picks = [
         (rng.choice(data), rng.randrange(args.group), rng.randrange(64, args.length - 64)) for _ in range(256)
     ]
     b, n = args.budget, args.reps
-    rows: list[tuple[str, float, str]] = []
+    us: dict[str, float] = {}
+    what: dict[str, str] = {}
 
-    def run(key: str, fn: Callable[[int], object]) -> None:
-        us, results = time_calls(fn, n)
-        rows.append((key, us, describe(results)))
+    def run(name: str, fn: Callable[[int], object], per: int = 1, reps: int = n) -> None:
+        mean, results = time_calls(fn, reps)
+        us[name] = mean / per
+        flat = [d for r in results for d in (r if isinstance(r, list) else [r])]
+        what[name] = describe(flat)
 
     def exact_walk(i: int) -> object:  # no stream of this state: walk `generated` from the root
         (key, task, seqs), g, cut = picks[i % len(picks)]
@@ -199,24 +202,108 @@ def main() -> None:
 
     run("extend_existing8", extend_known8)
 
-    print(f"budget {b} nodes, {n} calls each")
-    for key, us, what in rows:
-        print(f"  {CALLS[key]:<46} {us:7.1f} µs   {what}")
+    # The engine's calls: every row of a step at once. Rows retrace earlier samples of their states
+    # (a GRPO group's later samples), so the cursors serve exact drafts, or are new states of known
+    # tasks (the fallback search).
+    rows, steps = args.rows, max(8, n // args.rows)
+    lanes = [picks[r % len(picks)] for r in range(rows)]
+    texts = [seqs_[g] for (_, _, seqs_), g, _ in lanes]
+    ids = [f"row{r}" for r in range(rows)]
+    for r, ((key_, task_, _), _, cut) in enumerate(lanes):
+        cache.extend(ids[r], key_, task_, texts[r][:cut])
+    # Each row's stream has reported its text up to `cut`: its query is served from the cursor.
+    ex_queries = [
+        DraftQuery(ids[r], lanes[r][0][0], lanes[r][0][1], (), texts[r][: lanes[r][2]], b)
+        for r in range(rows)
+    ]
+    run("batch_draft_exact", lambda i: cache.draft_many(ex_queries), per=rows, reps=steps)
+    fb = [
+        DraftQuery(f"nobody{r}", "new-state", lanes[r][0][1], (), texts[r][lanes[r][2] - 20 : lanes[r][2]], b)
+        for r in range(rows)
+    ]
+    run("batch_draft_fallback", lambda i: cache.draft_many(fb), per=rows, reps=steps)
+    for r in range(rows):
+        cache.finish(ids[r])
+    # The updates are built before timing (the engine has them at hand); each step one token per row.
+    new_ups = [
+        [
+            StreamUpdate(f"new{r}", f"new-state{r}", f"task{r % 16}", [rng.randrange(args.vocab)])
+            for r in range(rows)
+        ]
+        for _ in range(steps + 1)
+    ]
+    run("batch_extend_new", lambda i: cache.extend_many(new_ups[i]), per=rows, reps=steps)
+    old_ups = [
+        [
+            StreamUpdate(
+                f"old{r}/{i // 400}", lanes[r][0][0], lanes[r][0][1], texts[r][i % 400 : i % 400 + 1]
+            )
+            for r in range(rows)
+        ]
+        for i in range(steps + 1)
+    ]
+    run("batch_extend_existing", lambda i: cache.extend_many(old_ups[i]), per=rows, reps=steps)
     cache.check_integrity()
-    record: dict[str, float | int] = {f"{key}_us": round(us, 2) for key, us, _ in rows}
+    return us, fill, "; ".join(f"{k}: {v}" for k, v in what.items() if v and k.startswith("batch"))
+
+
+def main() -> None:
+    """Fill a cache per core and print µs per call of each hot-path operation, side by side."""
+    ap = argparse.ArgumentParser(description="Tree cache micro-benchmark: µs per draft / extend, both cores.")
+    ap.add_argument("--states", type=int, default=64)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--length", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=32_000)
+    ap.add_argument("--budget", type=int, default=32)
+    ap.add_argument("--rows", type=int, default=128, help="rows per batched call (an engine step's batch)")
+    ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--backends", default="python,native", help="cores to time, comma-separated")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        help="also replay this eval trace (repeatable): µs per draft call and per reported token",
+    )
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here (flat JSON)")
+    args = ap.parse_args()
+
+    data = make_groups(args.states, args.group, args.length, args.vocab)
+    backends = [x for x in args.backends.split(",") if x]
+    results = {backend: measure(backend, data, args) for backend in backends}
+    record: dict[str, float | int | str] = {}
+    print(f"budget {args.budget} nodes, {args.reps} calls each, batched calls {args.rows} rows")
+    print(
+        f"  {'call':<46} "
+        + " ".join(f"{x:>9}" for x in backends)
+        + ("   speedup" if len(backends) > 1 else "")
+    )
+    for call, label in CALLS.items():
+        cells = [results[x][0][call] for x in backends]
+        line = f"  {label:<46} " + " ".join(f"{c:7.2f}µs" for c in cells)
+        if "python" in results and "native" in results:
+            ratio = results["python"][0][call] / max(results["native"][0][call], 1e-9)
+            record[f"native_speedup_{call}"] = round(ratio, 1)
+            line += f"  {ratio:7.1f}x"
+        print(line)
+    for backend, (us, fill, what) in results.items():
+        print(f"  {backend} batched drafts: {what}")
+        record.update({f"{backend}_{call}_us": round(v, 3) for call, v in us.items()})
+        record[f"{backend}_insert_tokens_per_s"] = fill["insert_tokens_per_s"]
+        record[f"{backend}_cache_mib"] = fill["cache_mib"]
+        record["nodes_per_state"] = fill["nodes_per_state"]
     for trace in args.trace:
         record.update(replay_trace(trace))
     if args.json is not None:
         record.update(
-            insert_tokens_per_s=round(stats.tokens_added / fill_s),
-            nodes_per_state=stats.nodes // stats.states,
-            cache_mib=round(stats.bytes / 2**20, 2),
             states=args.states,
             group=args.group,
             length=args.length,
             vocab=args.vocab,
-            budget=b,
-            reps=n,
+            budget=args.budget,
+            rows=args.rows,
+            reps=args.reps,
+            backends=args.backends,
         )
         args.json.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -15,23 +15,26 @@ bool TreeCore::Key::operator==(const Key& o) const {
     return len == o.len && std::memcmp(t, o.t, sizeof(int32_t) * static_cast<size_t>(len)) == 0;
 }
 
-size_t TreeCore::KeyHash::operator()(const Key& k) const {
+uint64_t TreeCore::key_hash(const Key& k) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(k.len);
     for (int i = 0; i < k.len; ++i) {
         h ^= static_cast<uint32_t>(k.t[i]);
         h *= 0xFF51AFD7ED558CCDull;
         h ^= h >> 32;
     }
-    return static_cast<size_t>(h);
+    h ^= h >> 33;  // murmur's finaliser: the table indexes by the low bits
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
+    return h;
 }
 
 ByteModel native_bytes(int n_windows) {
     // What this core allocates, amortised: a node is its 48-byte record plus two links (8 bytes
     // each) per index it is filed in; a child map is its struct and a vector of (token, node) pairs;
-    // an index key is an unordered_map node (key 68 bytes, entry 16, hash and link 16) and its
-    // bucket; states and streams are their structs, strings and map entries.
+    // an index key is a 24-byte slot of a table kept between a quarter and half full; states and
+    // streams are their structs, strings and map entries.
     const int64_t node = 48 + 16 * 2 * n_windows;
-    return ByteModel{node, 96, 8, 128, 256, 192, 4, 160 * n_windows};
+    return ByteModel{node, 96, 8, 64, 256, 192, 4, 160 * n_windows};
 }
 
 TreeCore::TreeCore(CoreOptions options) : opt_(std::move(options)) {
@@ -43,6 +46,7 @@ TreeCore::TreeCore(CoreOptions options) : opt_(std::move(options)) {
         throw std::invalid_argument("tree cache: max_match, scan_limit and max_candidates must be >= 1");
     n_lists_ = 2 * n_windows_;
     global_.resize(n_windows_);
+    for (int i = 0; i < n_windows_; ++i) global_[i].window = opt_.windows[i];
 }
 
 TreeCore::~TreeCore() = default;
@@ -193,6 +197,7 @@ int32_t TreeCore::adopt(const std::string& key, const std::string& task, int32_t
             auto fresh = std::make_unique<Task>();
             fresh->name = task;
             fresh->index.resize(n_windows_);
+            for (int i = 0; i < n_windows_; ++i) fresh->index[i].window = opt_.windows[i];
             t = fresh.get();
             tasks_.emplace(task, std::move(fresh));
             bytes_ += b.task * n_windows_;
@@ -346,13 +351,13 @@ bool TreeCore::stream_info(const std::string& sid, std::string* key, bool* live)
 }
 
 // TreeCache._cursor
-int32_t TreeCore::cursor(const std::string& sid, const std::string& key, int64_t n, int32_t last) const {
+Cursor TreeCore::cursor(const std::string& sid, const std::string& key, int64_t n, int32_t last) const {
     auto it = stream_of_.find(sid);
-    if (it == stream_of_.end()) return -1;
+    if (it == stream_of_.end()) return Cursor{};
     const Stream& st = streams_[it->second];
-    if (st.node < 0 || st.key != key || static_cast<int64_t>(st.tokens.size()) != n) return -1;
-    if (n && st.tokens.back() != last) return -1;
-    return st.node;
+    if (st.node < 0 || st.key != key || static_cast<int64_t>(st.tokens.size()) != n) return Cursor{};
+    if (n && st.tokens.back() != last) return Cursor{};
+    return Cursor{st.node, st.state, has_kids(st.node)};
 }
 
 // TreeStore._locate (gen must hold every token: off == 0)
@@ -436,17 +441,62 @@ void TreeCore::index_node(int32_t s, int32_t node, const std::vector<int32_t>* p
     }
 }
 
+int64_t TreeCore::find_slot(const Index& idx, const Key& key, uint64_t hash) const {
+    if (idx.slots.empty()) return -1;
+    const size_t mask = idx.slots.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const Slot& s = idx.slots[i];
+        if (s.head < 0) return -1;
+        if (s.hash == hash && node_key(s.head, idx.window) == key) return static_cast<int64_t>(i);
+    }
+}
+
+// Put `slot` (a key not in the table) in its first free place, doubling the table past half full.
+void TreeCore::place(Index& idx, const Slot& slot) {
+    if (static_cast<size_t>(idx.keys + 1) * 2 > idx.slots.size()) {
+        std::vector<Slot> old(std::max<size_t>(16, idx.slots.size() * 2), Slot{0, -1, -1, 0});
+        old.swap(idx.slots);
+        idx.keys = 0;
+        for (const Slot& s : old)
+            if (s.head >= 0) place(idx, s);
+    }
+    const size_t mask = idx.slots.size() - 1;
+    size_t i = slot.hash & mask;
+    while (idx.slots[i].head >= 0) i = (i + 1) & mask;
+    idx.slots[i] = slot;
+    idx.keys += 1;
+}
+
+// Empty slot i, moving later slots of its probe run back (no tombstones: lookups stay short).
+void TreeCore::erase_slot(Index& idx, int64_t at) {
+    const size_t mask = idx.slots.size() - 1;
+    size_t i = static_cast<size_t>(at);
+    for (size_t j = (i + 1) & mask; idx.slots[j].head >= 0; j = (j + 1) & mask) {
+        const size_t home = idx.slots[j].hash & mask;
+        // Slot j may move to the hole at i when its home is not cyclically within (i, j].
+        const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            idx.slots[i] = idx.slots[j];
+            i = j;
+        }
+    }
+    idx.slots[i] = Slot{0, -1, -1, 0};
+    idx.keys -= 1;
+}
+
 // SuffixIndex.add: the key's nodes are a list through the nodes' links, oldest first.
 int64_t TreeCore::index_add(Index& idx, int list, const Key& key, int32_t node) {
     const ByteModel& b = opt_.bytes;
-    auto [it, fresh] = idx.entries.try_emplace(key, Entry{node, node, 1});
+    const uint64_t hash = key_hash(key);
+    const int64_t at = find_slot(idx, key, hash);
     Link& l = link(node, list);
     int64_t grown;
-    if (fresh) {
+    if (at < 0) {
         l = Link{-1, -1};
+        place(idx, Slot{hash, node, node, 1});
         grown = b.index_key;
     } else {
-        Entry& e = it->second;
+        Slot& e = idx.slots[at];
         l = Link{e.tail, -1};
         link(e.tail, list).next = node;
         e.tail = node;
@@ -460,9 +510,9 @@ int64_t TreeCore::index_add(Index& idx, int list, const Key& key, int32_t node) 
 
 // SuffixIndex.remove
 int64_t TreeCore::index_remove(Index& idx, int list, const Key& key, int32_t node) {
-    auto it = idx.entries.find(key);
-    if (it == idx.entries.end()) throw std::logic_error("tree cache: a node is not filed under its key");
-    Entry& e = it->second;
+    const int64_t at = find_slot(idx, key, key_hash(key));
+    if (at < 0) throw std::logic_error("tree cache: a node is not filed under its key");
+    Slot& e = idx.slots[at];
     Link& l = link(node, list);
     (l.prev >= 0 ? link(l.prev, list).next : e.head) = l.next;
     (l.next >= 0 ? link(l.next, list).prev : e.tail) = l.prev;
@@ -470,7 +520,7 @@ int64_t TreeCore::index_remove(Index& idx, int list, const Key& key, int32_t nod
     e.n -= 1;
     int64_t freed;
     if (e.n == 0) {
-        idx.entries.erase(it);
+        erase_slot(idx, at);
         freed = opt_.bytes.index_key;
     } else {
         freed = opt_.bytes.container(e.n + 1) - opt_.bytes.container(e.n);
@@ -499,14 +549,14 @@ int64_t TreeCore::match_length(int32_t node, const Gen& gen, int limit) const {
 bool TreeCore::suffix_matches(const Index& idx, int list, const Gen& gen, int window, std::vector<int32_t>& out) const {
     int64_t need;
     const Key key = query_key(gen, window, &need);
-    auto it = idx.entries.find(key);
+    const int64_t at = find_slot(idx, key, key_hash(key));
     out.clear();
-    if (it == idx.entries.end()) return false;
+    if (at < 0) return false;
     const int64_t longest = std::min<int64_t>(opt_.max_match, gen.n + 1);
     const size_t cap = static_cast<size_t>(opt_.max_candidates);
     int64_t best = 0;
     int scanned = 0;
-    for (int32_t x = it->second.tail; x >= 0 && scanned < opt_.scan_limit; x = link(x, list).prev, ++scanned) {
+    for (int32_t x = idx.slots[at].tail; x >= 0 && scanned < opt_.scan_limit; x = link(x, list).prev, ++scanned) {
         if (!has_kids(x)) continue;
         const int64_t m = match_length(x, gen, opt_.max_match);
         if (m < need || m < best) continue;
@@ -522,14 +572,18 @@ bool TreeCore::suffix_matches(const Index& idx, int list, const Gen& gen, int wi
 }
 
 // TreeStore._draft_roots and _suffix_roots
-void TreeCore::roots_for(const std::string& key, const std::string& task, const Gen& gen, int32_t cursor,
+void TreeCore::roots_for(const std::string& key, const std::string& task, const Gen& gen, const Cursor& cursor,
                          std::vector<int32_t>& roots, Source& source, bool& backoff) {
     roots.clear();
     backoff = false;
-    auto it = state_of_.find(key);
-    if (it != state_of_.end()) {
-        touch(it->second);
-        const int32_t node = cursor >= 0 ? cursor : locate(it->second, gen);
+    int32_t state = cursor.state, node = cursor.node;
+    if (state < 0) {
+        auto it = state_of_.find(key);
+        state = it == state_of_.end() ? -1 : it->second;
+        if (state >= 0) node = locate(state, gen);
+    }
+    if (state >= 0) {
+        touch(state);
         if (node >= 0 && has_kids(node)) {
             roots.push_back(node);
             source = kExact;
@@ -691,7 +745,7 @@ void TreeCore::select(const std::vector<int32_t>& roots, int budget, Draft& out)
 }
 
 // TreeCache.draft / _select
-void TreeCore::draft(const std::string& key, const std::string& task, const Gen& gen, int32_t cursor, int budget,
+void TreeCore::draft(const std::string& key, const std::string& task, const Gen& gen, const Cursor& cursor, int budget,
                      Draft& out) {
     out.clear();
     Source source = kNone;
@@ -922,7 +976,18 @@ std::vector<std::string> TreeCore::problems() const {
                            const std::string& name) {
         std::vector<uint8_t> seen(nodes_.size(), 0);
         int64_t count = 0, bytes = 0;
-        for (const auto& [key, e] : idx.entries) {
+        int64_t keys = 0;
+        for (size_t at = 0; at < idx.slots.size(); ++at) {
+            const Slot& e = idx.slots[at];
+            if (e.head < 0) continue;
+            ++keys;
+            if (e.head >= static_cast<int32_t>(nodes_.size()) || owner[e.head] < 0) {
+                out.push_back(name + ": a key's oldest node is not held");
+                continue;
+            }
+            const Key key = node_key(e.head, window);
+            if (e.hash != key_hash(key) || find_slot(idx, key, e.hash) != static_cast<int64_t>(at))
+                out.push_back(name + ": a key is filed under the wrong hash or cannot be found");
             int64_t n = 0, last_tick = -1;
             int32_t prev = -1;
             for (int32_t x = e.head; x >= 0; prev = x, x = link(x, list).next) {
@@ -942,6 +1007,8 @@ std::vector<std::string> TreeCore::problems() const {
             count += n;
             bytes += b.index_key + b.container(n);
         }
+        if (keys != idx.keys || static_cast<size_t>(2 * keys) > idx.slots.size())
+            out.push_back(name + ": its key count is wrong or its table is over half full");
         if (count != expected || idx.nodes != expected)
             out.push_back(name + ": holds " + std::to_string(count) + " nodes (counter " + std::to_string(idx.nodes) +
                           "), expected " + std::to_string(expected));

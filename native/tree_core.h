@@ -72,6 +72,13 @@ struct Draft {
 
 enum class ExtendStatus { kOk, kMismatch };
 
+// Where an in-flight stream stands: its node and state (-1: no usable cursor), and whether
+// something followed the node (then the draft comes from it, without reading the query's tokens).
+struct Cursor {
+    int32_t node = -1, state = -1;
+    bool has_kids = false;
+};
+
 // One state's tree as flat arrays, breadth-first (root first, parents before children).
 struct TreeRows {
     std::string key, task;
@@ -109,10 +116,10 @@ public:
     // --- drafts
     // The node stream `sid` stands at, if it is in flight from `key` and reported exactly n tokens
     // ending with `last`; -1 otherwise.
-    int32_t cursor(const std::string& sid, const std::string& key, int64_t n, int32_t last) const;
+    Cursor cursor(const std::string& sid, const std::string& key, int64_t n, int32_t last) const;
     bool has_state(const std::string& key) const { return state_of_.count(key) != 0; }
-    // A draft of at most `budget` nodes; `cursor`: cursor() for the query, or -1.
-    void draft(const std::string& key, const std::string& task, const Gen& gen, int32_t cursor, int budget,
+    // A draft of at most `budget` nodes; `cursor`: cursor() for the query, or none.
+    void draft(const std::string& key, const std::string& task, const Gen& gen, const Cursor& cursor, int budget,
                Draft& out);
 
     // --- size and upkeep
@@ -154,16 +161,19 @@ private:
         int32_t t[kMaxWindow];
         bool operator==(const Key& o) const;
     };
-    struct KeyHash {
-        size_t operator()(const Key& k) const;
-    };
-    struct Entry {
-        int32_t head, tail;  // oldest, newest
+    // A suffix index: an open-addressing table (linear probing, at most half full) of its keys,
+    // each slot holding the key's hash and its nodes as a list through the nodes' links (oldest
+    // first). A key's tokens are not stored: a slot holds a key when the hashes agree and the
+    // window above the slot's oldest node spells it.
+    struct Slot {
+        uint64_t hash;
+        int32_t head, tail;  // oldest, newest; head < 0: an empty slot
         int64_t n;
     };
     struct Index {
-        std::unordered_map<Key, Entry, KeyHash> entries;
-        int64_t nodes = 0, bytes = 0;
+        int window = 0;
+        std::vector<Slot> slots;
+        int64_t keys = 0, nodes = 0, bytes = 0;
     };
     struct Task {
         std::string name;
@@ -212,6 +222,10 @@ private:
     Key node_key(int32_t node, int window) const;
     Key path_key(const std::vector<int32_t>& path, int window) const;
     Key query_key(const Gen& gen, int window, int64_t* need) const;
+    static uint64_t key_hash(const Key& key);
+    int64_t find_slot(const Index& idx, const Key& key, uint64_t hash) const;  // -1: no such key
+    void place(Index& idx, const Slot& slot);
+    void erase_slot(Index& idx, int64_t i);
     void index_node(int32_t state, int32_t node, const std::vector<int32_t>* path);
     int64_t index_add(Index& idx, int list, const Key& key, int32_t node);
     int64_t index_remove(Index& idx, int list, const Key& key, int32_t node);
@@ -219,7 +233,7 @@ private:
     const Link& link(int32_t node, int list) const { return links_[static_cast<size_t>(node) * n_lists_ + list]; }
     int64_t match_length(int32_t node, const Gen& gen, int limit) const;
     bool suffix_matches(const Index& idx, int list, const Gen& gen, int window, std::vector<int32_t>& out) const;
-    void roots_for(const std::string& key, const std::string& task, const Gen& gen, int32_t cursor,
+    void roots_for(const std::string& key, const std::string& task, const Gen& gen, const Cursor& cursor,
                    std::vector<int32_t>& roots, Source& source, bool& backoff);
     void select(const std::vector<int32_t>& roots, int budget, Draft& out);
     void push_children(const std::vector<int32_t>& group, double prob, int32_t depth, int32_t index, size_t limit);

@@ -32,8 +32,16 @@ std::string repr(const std::string& s) { return py::repr(py::str(s)).cast<std::s
 // A Python list or tuple (PySequence_Fast), owning its reference.
 class Fast {
 public:
-    Fast(PyObject* obj, const char* what) : obj_(PySequence_Fast(obj, what)) {
-        if (obj_ == nullptr) throw py::error_already_set();
+    // Lists and tuples, subclasses included (DraftQuery is a NamedTuple), are read in place;
+    // PySequence_Fast would copy a subclass into a new tuple.
+    Fast(PyObject* obj, const char* what) {
+        if (PyList_Check(obj) || PyTuple_Check(obj)) {
+            Py_INCREF(obj);
+            obj_ = obj;
+        } else {
+            obj_ = PySequence_Fast(obj, what);
+            if (obj_ == nullptr) throw py::error_already_set();
+        }
     }
     Fast(const Fast&) = delete;
     Fast& operator=(const Fast&) = delete;
@@ -47,7 +55,7 @@ public:
     }
 
 private:
-    PyObject* obj_;
+    PyObject* obj_ = nullptr;
 };
 
 // Tokens [lo, n) of a sequence as int32 (ids past int32 are refused: vocabularies are smaller).
@@ -118,7 +126,6 @@ public:
         py::list out(qs.size());
         for (Py_ssize_t i = 0; i < qs.size(); ++i) {
             const Fast q(qs[i], "a draft query must be a tuple");
-            if (q.size() < 6) throw py::type_error("a draft query has 6 fields");
             const int budget = budget_of(qs[i]);
             one(utf8(q[0], "stream_id"), utf8(q[1], "state_key"), utf8(q[2], "task_id"), q[4], budget);
             PyList_SET_ITEM(out.ptr(), i, maker.make(draft_).release().ptr());
@@ -242,32 +249,32 @@ private:
     }
 
     static int budget_of(PyObject* query) {
-        PyObject* b = PySequence_GetItem(query, 5);
-        if (b == nullptr) throw py::error_already_set();
-        const long long v = PyLong_AsLongLong(b);
-        Py_DECREF(b);
+        const Fast q(query, "a draft query must be a tuple");
+        if (q.size() < 6) throw py::type_error("a draft query has 6 fields");
+        const long long v = PyLong_AsLongLong(q[5]);
         if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
         check_budget(v);
         return static_cast<int>(std::min<long long>(v, INT_MAX));
     }
 
-    // One query's draft into draft_. The generated tokens are read as far as the draft needs: the
-    // last max_match + 1 when the stream's cursor or a suffix match serves it, all of them only to
-    // walk a state's tree from its root.
+    // One query's draft into draft_. The generated tokens are read only as far as the draft needs:
+    // none when the stream's cursor serves it, the last max_match + 1 for a suffix match, all of
+    // them only to walk a state's tree from its root.
     void one(const std::string& sid, const std::string& key, const std::string& task, PyObject* generated,
              int budget) {
         const Fast gen(generated, "generated must be a sequence");
         const Py_ssize_t n = gen.size();
-        int32_t cursor = -1;
-        if (budget > 0 && !sid.empty()) {
-            const int64_t last = n ? gen.integer(n - 1) : -1;
-            cursor = core_.cursor(sid, key, n, static_cast<int32_t>(last));
+        srt::Cursor cursor;
+        srt::Gen g{nullptr, static_cast<int64_t>(n), static_cast<int64_t>(n)};
+        if (budget > 0) {
+            if (!sid.empty()) cursor = core_.cursor(sid, key, n, n ? static_cast<int32_t>(gen.integer(n - 1)) : -1);
+            if (!cursor.has_kids) {
+                const bool walk = cursor.node < 0 && core_.has_state(key);
+                const Py_ssize_t lo = walk ? 0 : std::max<Py_ssize_t>(0, n - (core_.options().max_match + 1));
+                tokens_of(gen, lo, buf_, nullptr);
+                g = srt::Gen{buf_.data(), static_cast<int64_t>(n), static_cast<int64_t>(lo)};
+            }
         }
-        Py_ssize_t lo = 0;
-        if (budget > 0 && (cursor >= 0 || !core_.has_state(key)))
-            lo = std::max<Py_ssize_t>(0, n - (core_.options().max_match + 1));
-        if (budget > 0) tokens_of(gen, lo, buf_, nullptr);
-        srt::Gen g{buf_.data(), static_cast<int64_t>(n), static_cast<int64_t>(lo)};
         core_.draft(key, task, g, cursor, budget, draft_);
     }
 

@@ -259,13 +259,14 @@ def test_concurrent_callers_keep_the_cache_consistent() -> None:
     assert stats.evictions > 0 or stats.tokens_added == 3 * 300 * 2
 
 
-def test_micro_benchmark_writes_every_timed_call_to_json(tmp_path: Path) -> None:
-    """``benchmarks/tree_cache_micro.py --json`` records one ``<call>_us`` per timed call kind."""
+def test_micro_benchmark_writes_every_timed_call_to_json(tmp_path: Path, cache_backend: str) -> None:
+    """``benchmarks/tree_cache_micro.py --json`` records one ``<backend>_<call>_us`` per timed call kind."""
     out = tmp_path / "micro.json"
     script = Path(__file__).parents[1] / "benchmarks" / "tree_cache_micro.py"
-    args = ["--states", "2", "--group", "2", "--length", "160", "--reps", "5", "--json", str(out)]
+    args = ["--states", "2", "--group", "2", "--length", "160", "--reps", "5", "--rows", "4"]
+    args += ["--backends", cache_backend, "--json", str(out)]
     subprocess.run([sys.executable, str(script), *args], check=True, capture_output=True)
     record = json.loads(out.read_text())
     timed = {k for k in record if k.endswith("_us")}
-    assert len(timed) == 8 and all(record[k] > 0 for k in timed)
+    assert len(timed) == 12 and all(k.startswith(cache_backend) and record[k] > 0 for k in timed)
     assert record["nodes_per_state"] > 0 and record["states"] == 2 and record["budget"] == 32

@@ -218,7 +218,8 @@ class TreeCache(DraftSourceBase):
         with self._lock:
             trees = [TreeArrays(*t) for t in self._core.export_trees()]
             meta: dict[str, Any] = {
-                "config": self.config.model_dump(),
+                # Not the backend: either core reads the file, and the loading machine may lack one.
+                "config": self.config.model_dump(exclude={"backend"}),
                 "counters": dict(zip(COUNTERS, self._core.counters(), strict=True)),
                 "next_tick": self._core.next_tick,
             }
