@@ -163,6 +163,9 @@ def main() -> None:
     parser.add_argument("--backoff-window", type=int, default=0, help="the tree cache's back-off window")
     parser.add_argument("--modes", default="cursor,search", help="comma-separated: cursor, search")
     parser.add_argument(
+        "--backend", default="auto", choices=["auto", "native", "python"], help="the tree cache's core"
+    )
+    parser.add_argument(
         "--repeat", type=int, default=3, help="replays per mode, interleaved; timings are the fastest"
     )
     parser.add_argument(
@@ -176,7 +179,7 @@ def main() -> None:
         parser.error(f"unknown mode(s) {unknown}; choose from cursor, search")
     if "cursor" in modes and DraftQuery is None:
         parser.error("this srt_agent has no batched drafting (draft_many): use --modes search")
-    config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window)
+    config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window, backend=args.backend)
     turns = read_turns(args.trace, args.key)
     record: dict[str, float | int] = {
         "budget": args.budget,

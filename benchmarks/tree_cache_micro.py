@@ -137,7 +137,8 @@ def measure(
     stats = cache.stats()
     print(
         f"{backend} cache: {stats.states} states, {stats.nodes} nodes "
-        f"({stats.nodes // stats.states} per state), {stats.bytes / 2**20:.1f} MiB estimated; insert() {stats.tokens_added / fill_s / 1e3:.0f}k tokens/s"
+        f"({stats.nodes // stats.states} per state), {stats.bytes / 2**20:.1f} MiB estimated; "
+        f"insert() {stats.tokens_added / fill_s / 1e3:.0f}k tokens/s"
     )
     fill = {
         "insert_tokens_per_s": round(stats.tokens_added / fill_s),

@@ -1039,4 +1039,52 @@ std::vector<std::string> TreeCore::problems() const {
     return out;
 }
 
+// ------------------------------------------------------------------ SGLang's layout (layout.flat_tree)
+
+void flat_layout(const Draft& draft, int64_t root, int width, int64_t vocab_size, int64_t* tokens, int64_t* mask) {
+    if (width < 1) throw std::invalid_argument("width must be >= 1 (the root)");
+    const int keep = std::min<int>(static_cast<int>(draft.tokens.size()), width - 1);
+    std::vector<int> depth(keep), order(keep), slot(keep);
+    for (int i = 0; i < keep; ++i) {
+        const int p = draft.parents[i];
+        depth[i] = p < 0 ? 1 : depth[p] + 1;
+        order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return depth[a] < depth[b]; });
+    for (int k = 0; k < keep; ++k) slot[order[k]] = k + 1;
+    std::vector<int64_t> toks{root};
+    std::vector<int> parents{-1};
+    for (int k = 0; k < keep; ++k) {
+        const int i = order[k];
+        toks.push_back(draft.tokens[i]);
+        parents.push_back(draft.parents[i] < 0 ? 0 : slot[draft.parents[i]]);
+    }
+    const int pads = width - 1 - keep;
+    if (pads > 0) {
+        std::vector<int64_t> used;
+        for (size_t k = 1; k < toks.size(); ++k)
+            if (parents[k] == 0) used.push_back(toks[k]);
+        std::sort(used.begin(), used.end());
+        used.erase(std::unique(used.begin(), used.end()), used.end());
+        if (vocab_size - static_cast<int64_t>(used.size()) < pads)
+            throw std::invalid_argument("vocabulary of " + std::to_string(vocab_size) + " has too few tokens for " +
+                                        std::to_string(pads) + " distinct pads");
+        std::vector<int64_t> fresh;  // the smallest ids no root child has
+        for (int64_t t = 0; static_cast<int>(fresh.size()) < pads; ++t)
+            if (!std::binary_search(used.begin(), used.end(), t)) fresh.push_back(t);
+        size_t first_deeper = 1;
+        while (first_deeper < toks.size() && parents[first_deeper] == 0) ++first_deeper;
+        // Pads go after the real root children (still breadth-first); deeper slots shift by `pads`.
+        for (size_t k = 1; k < parents.size(); ++k)
+            if (parents[k] >= static_cast<int>(first_deeper)) parents[k] += pads;
+        toks.insert(toks.begin() + static_cast<std::ptrdiff_t>(first_deeper), fresh.begin(), fresh.end());
+        parents.insert(parents.begin() + static_cast<std::ptrdiff_t>(first_deeper), static_cast<size_t>(pads), 0);
+    }
+    std::fill(mask, mask + static_cast<size_t>(width) * width, 0);
+    for (int i = 0; i < width; ++i) {
+        tokens[i] = toks[i];
+        for (int j = i; j >= 0; j = parents[j]) mask[static_cast<size_t>(i) * width + j] = 1;
+    }
+}
+
 }  // namespace srt

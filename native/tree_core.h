@@ -270,6 +270,13 @@ private:
     std::vector<int32_t> arena_, roots_, group_;
 };
 
+// `draft` continuing `root` in SGLang's n-gram verification layout: `width` slots (the root, then
+// the draft's first width - 1 nodes breadth-first, then distinct pads under the root) written to
+// tokens[0..width) and the ancestor mask to mask[0..width*width). Mirrors
+// srt_agent/integrations/sglang/layout.flat_tree. Throws std::invalid_argument when the
+// vocabulary has too few tokens for distinct pads.
+void flat_layout(const Draft& draft, int64_t root, int width, int64_t vocab_size, int64_t* tokens, int64_t* mask);
+
 // The byte model of this core's own structures (sizes of its arrays and maps, amortised).
 ByteModel native_bytes(int n_windows);
 

@@ -133,6 +133,31 @@ public:
         return out;
     }
 
+    // Every query's draft in SGLang's layout, written into `tokens` (rows x width) and `mask`
+    // (rows x width x width), int64, without building DraftTree objects: the n-gram corpus's call.
+    void draft_flat(py::handle queries, py::handle roots, int width, int64_t vocab_size,
+                    py::array_t<int64_t, py::array::c_style> tokens, py::array_t<int64_t, py::array::c_style> mask) {
+        const Fast qs(queries.ptr(), "queries must be a sequence");
+        const Fast rs(roots.ptr(), "roots must be a sequence");
+        const Py_ssize_t n = qs.size();
+        if (width < 1) throw py::value_error("width must be >= 1 (the root), got " + std::to_string(width));
+        if (rs.size() != n || tokens.size() < n * width || mask.size() < n * width * width)
+            throw py::value_error("draft_flat: roots or buffers do not match the queries");
+        for (Py_ssize_t i = 0; i < n; ++i) budget_of(qs[i]);
+        int64_t* tok = tokens.mutable_data();
+        int64_t* msk = mask.mutable_data();
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            const Fast q(qs[i], "a draft query must be a tuple");
+            one(utf8(q[0], "stream_id"), utf8(q[1], "state_key"), utf8(q[2], "task_id"), q[4], budget_of(qs[i]));
+            try {
+                srt::flat_layout(draft_, rs.integer(i), width, vocab_size, tok + i * width,
+                                 msk + static_cast<size_t>(i) * width * width);
+            } catch (const std::invalid_argument& exc) {
+                throw py::value_error(exc.what());
+            }
+        }
+    }
+
     py::object draft(const std::string& key, const std::string& task, py::handle generated, int budget,
                      py::handle cls, py::handle empty) {
         check_budget(budget);
@@ -324,6 +349,8 @@ void bind_tree_core(py::module_& m) {
         .def("draft_many", &PyTreeCore::draft_many, py::arg("queries"), py::arg("tree_cls"), py::arg("empty"))
         .def("draft", &PyTreeCore::draft, py::arg("state_key"), py::arg("task_id"), py::arg("generated"),
              py::arg("budget"), py::arg("tree_cls"), py::arg("empty"))
+        .def("draft_flat", &PyTreeCore::draft_flat, py::arg("queries"), py::arg("roots"), py::arg("width"),
+             py::arg("vocab_size"), py::arg("tokens"), py::arg("mask"))
         .def("extend_many", &PyTreeCore::extend_many, py::arg("updates"))
         .def("insert", &PyTreeCore::insert, py::arg("state_key"), py::arg("task_id"), py::arg("tokens"),
              py::arg("live"))

@@ -32,6 +32,11 @@ app = typer.Typer(
 console = make_console()
 err_console = make_console(stderr=True)
 
+SPEC_FILE_HELP = (
+    "Speculation options (tree cache, draft budget, cost model, run-ahead): a run config, whose `spec` "
+    "section is used, or a `spec` or `spec.cache` section on its own (YAML or JSON)."
+)
+
 
 def _version(value: bool) -> None:
     if value:
@@ -120,13 +125,16 @@ def demo_cmd(
         raise typer.Exit(1)
 
 
-def _spec_options(config: Path | None) -> SpecSection:
-    """The ``spec`` section of ``--config`` (the defaults without one), or exit 2 saying why."""
+def _spec_options(config: Path | None, *, server: bool = False) -> SpecSection:
+    """The ``spec`` section of ``--config`` (the defaults without one), or exit 2 saying why.
+
+    ``server``: for a server's options (see :func:`srt_agent.config.spec_file.load_spec`).
+    """
     from srt_agent.config.loader import ConfigError
     from srt_agent.config.spec_file import load_spec
 
     try:
-        return load_spec(config)
+        return load_spec(config, server=server)
     except ConfigError as exc:
         raise _report_error(exc) from None
 
@@ -241,7 +249,7 @@ def eval_cmd(
     device: Annotated[str, typer.Option(help="Where the in-process engine runs: cpu, cuda or auto.")] = "cpu",
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+        typer.Option("--config", help=SPEC_FILE_HELP),
     ] = None,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
@@ -317,13 +325,13 @@ def serve_cmd(
     threads: Annotated[int | None, typer.Option(min=1, help="Torch CPU threads.")] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+        typer.Option("--config", help=SPEC_FILE_HELP),
     ] = None,
 ) -> None:
     """Serve the embedded engine over SGLang's native HTTP API (POST /generate, weight updates)."""
     from srt_agent.serving.commands import serve
 
-    options = _spec_options(config)
+    options = _spec_options(config, server=True)
     model_dir = _model_dir(model)
     try:
         serve(model_dir, host=host, port=port, spec=spec, max_batch=max_batch, device=device,
@@ -347,15 +355,15 @@ def sglang_serve_cmd(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="A run config whose `spec` section (tree cache, draft budget) to use."),
+        typer.Option("--config", help=SPEC_FILE_HELP),
     ] = None,
 ) -> None:
     """Start SGLang's server with SRT drafting inside it; other flags go to SGLang unchanged."""
     from srt_agent.config.spec_file import sglang_refusals
     from srt_agent.integrations.sglang.launch import launch
 
-    options = _spec_options(config)
-    refused = sglang_refusals(options)
+    options = _spec_options(config, server=True)
+    refused = sglang_refusals(options, draft_tokens if config is not None else None)
     if refused:
         raise _report_error(ValueError("; ".join(refused)))
     if draft_tokens is None:
@@ -463,9 +471,7 @@ def bench_rollout_cmd(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option(
-            "--config", help="A run config whose `spec` section the speculating configurations use."
-        ),
+        typer.Option("--config", help=SPEC_FILE_HELP + " The speculating configurations use it."),
     ] = None,
     device: Annotated[str, typer.Option(help="Torch device of every engine: cpu or cuda.")] = "cpu",
     dtype: Annotated[

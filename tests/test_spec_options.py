@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
-from train_fixtures import save_tiny_policy
+from train_fixtures import save_tiny_policy, tiny_config
+from typer.testing import CliRunner
 
 from srt_agent.bench.rollout import RolloutBenchConfig
+from srt_agent.cli import app
 from srt_agent.config.loader import ConfigError
 from srt_agent.config.spec_file import load_spec, sglang_refusals
+from srt_agent.distributed.actors import EngineReplica
+from srt_agent.distributed.engine import replica_args
 from srt_agent.evaluation.runner import _load
+from srt_agent.integrations.sglang import plugin
 from srt_agent.integrations.sglang.launch import server_env
 from srt_agent.integrations.sglang.plugin import SPEC_FILE_VARIABLE, worker_cache_config
 from srt_agent.rollout.config import RolloutConfig
+from srt_agent.runtime import _replica_cache
+from srt_agent.tree_cache import TreeCache
 
 SPEC = {
     "max_draft_tokens": 3,
@@ -39,14 +48,68 @@ def test_load_spec_reads_the_spec_section_or_gives_the_defaults(spec_file: Path)
         load_spec(None, ["spec.cache.windw=2"])
 
 
+def test_an_options_file_may_hold_the_spec_section_or_the_cache_alone(tmp_path: Path) -> None:
+    bare = tmp_path / "spec.json"
+    bare.write_text(json.dumps(SPEC))
+    assert load_spec(bare) == load_spec(_file(tmp_path / "run.yaml", {"spec": SPEC}))
+    cache = _file(tmp_path / "cache.yaml", SPEC["cache"])
+    assert load_spec(cache).cache == load_spec(bare).cache
+    assert load_spec(cache).max_draft_tokens == load_spec(None).max_draft_tokens
+    with pytest.raises(ConfigError, match=r"spec\.cache\.windw"):
+        load_spec(_file(tmp_path / "typo.yaml", {"windw": 2, "byte_budget": 10}))
+
+
+def test_a_server_refuses_a_bare_spec_section_that_runs_ahead(spec_file: Path, tmp_path: Path) -> None:
+    bare = _file(tmp_path / "spec.yaml", SPEC)
+    with pytest.raises(ConfigError, match=r"spec\.run_ahead = .*a server has no run-ahead queue"):
+        load_spec(bare, server=True)
+    assert load_spec(bare).run_ahead.max_in_flight == 5  # eval and bench run ahead
+    # A run config's run-ahead is its trainer's (the server's client); run-ahead off asks nothing.
+    assert load_spec(spec_file, server=True).max_draft_tokens == 3
+    off = _file(tmp_path / "off.yaml", {**SPEC, "run_ahead": False})
+    assert not load_spec(off, server=True).run_ahead.enabled
+
+
 def test_eval_engines_take_the_spec_section(spec_file: Path, tmp_path: Path) -> None:
     model = save_tiny_policy(tmp_path / "m")
     runtime = _load(model, RolloutConfig(max_concurrent=2), True, None, None, options=load_spec(spec_file))
     try:
         assert runtime.engine.spec.max_draft_tokens == 3  # type: ignore[attr-defined]
         assert runtime.cache is not None and runtime.cache.config.backoff_window == 1  # type: ignore[attr-defined]
+        assert runtime.scheduler.runahead is not None
+        assert runtime.scheduler.runahead.config == load_spec(spec_file).run_ahead
     finally:
         runtime.close()
+    plain = _load(model, RolloutConfig(max_concurrent=2), False, None, None, options=load_spec(spec_file))
+    try:
+        assert plain.cache is None and plain.scheduler.runahead is None  # --no-spec: neither
+    finally:
+        plain.close()
+
+
+def test_ray_replicas_are_built_with_the_run_configs_cache_and_draft_budget(tmp_path: Path) -> None:
+    """Without Ray: the arguments each replica actor gets, and the replica they build in-process."""
+    model = save_tiny_policy(tmp_path / "m")
+    cfg = tiny_config(model, tmp_path / "run", trainer={"backend": "ray"}, spec=SPEC)
+    # What the trainer hands build_runtime: its tree cache (from spec.cache) and spec's engine options.
+    args = replica_args(
+        model,
+        cfg.ray,
+        max_batch_size=2,
+        cache=_replica_cache(TreeCache(cfg.spec.cache)),
+        spec=cfg.spec.engine_config(),
+        seed=0,
+    )
+    assert (args["cache"], args["spec"]) == (cfg.spec.cache, cfg.spec.engine_config())
+    replica = EngineReplica(**args)
+    try:
+        cache, spec = replica.options()
+    finally:
+        replica.engine.close()
+    assert cache == cfg.spec.cache and spec == cfg.spec.engine_config()
+    assert (cache.byte_budget, cache.backoff_window, spec.max_draft_tokens) == (3_000_000, 1, 3)
+    no_drafts = replica_args(model, cfg.ray, max_batch_size=2, cache=None, spec=None, seed=0)
+    assert no_drafts["cache"] is None and no_drafts["spec"] == load_spec(None).engine_config()
 
 
 def test_bench_configurations_start_from_the_spec_section(spec_file: Path, tmp_path: Path) -> None:
@@ -75,3 +138,41 @@ def test_options_sglang_cannot_honour_are_refused_with_the_reason() -> None:
     refused = sglang_refusals(load_spec(None, ["spec.adaptive=false", "spec.enabled=false"]))
     assert any("spec.adaptive = False" in r for r in refused)
     assert any("without --speculative-algorithm" in r for r in refused)
+    assert sglang_refusals(load_spec(None), draft_slots=9) == []  # the default 8 drafts + the root
+    (contradiction,) = sglang_refusals(load_spec(None), draft_slots=12)
+    assert "--speculative-num-draft-tokens 12 contradicts spec.max_draft_tokens = 8" in contradiction
+
+
+def test_sglang_started_directly_reads_and_checks_the_options_file(
+    spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = SimpleNamespace(speculative_num_draft_tokens=None, speculative_ngram_max_bfs_breadth=10)
+    monkeypatch.setenv(SPEC_FILE_VARIABLE, str(spec_file))
+    plugin.validate_server_args(args)
+    plugin.ngram_defaults(args, plugin.worker_spec().max_draft_tokens + 1)
+    assert args.speculative_num_draft_tokens == 4  # spec.max_draft_tokens = 3, and the root
+    with pytest.raises(ValueError, match=r"--speculative-num-draft-tokens 12 contradicts"):
+        plugin.validate_server_args(SimpleNamespace(speculative_num_draft_tokens=12))
+    monkeypatch.setenv(SPEC_FILE_VARIABLE, str(_file(tmp_path / "fixed.yaml", {"draws": "walk"})))
+    with pytest.raises(ValueError, match=r"spec\.draws = 'walk': SGLang's SRT worker has no such option"):
+        plugin.validate_server_args(SimpleNamespace(speculative_num_draft_tokens=None))
+    monkeypatch.setenv(SPEC_FILE_VARIABLE, str(_file(tmp_path / "ahead.yaml", {"run_ahead": True})))
+    with pytest.raises(ConfigError, match="a server has no run-ahead queue"):
+        plugin.validate_server_args(SimpleNamespace(speculative_num_draft_tokens=None))
+    monkeypatch.delenv(SPEC_FILE_VARIABLE)
+    monkeypatch.setenv("SRT_CACHE_BYTES", "-1")
+    with pytest.raises(ConfigError, match=r"spec\.cache\.byte_budget = -1"):
+        plugin.validate_server_args(SimpleNamespace(speculative_num_draft_tokens=12))
+
+
+def test_sglang_serve_refuses_draft_tokens_that_contradict_the_options_file(spec_file: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["sglang-serve", "--model", "m", "--config", str(spec_file), "--draft-tokens", "12"]
+    )
+    assert result.exit_code == 2
+    assert "contradicts spec.max_draft_tokens = 3" in " ".join(result.output.split())
+
+
+def _file(path: Path, data: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -104,7 +104,9 @@ def workload(py: TreeCache, nat: TreeCache, rng: random.Random, steps: int, tmp_
     [(2**30, (3, 0)), (400_000, (3, 0)), (300_000, (3, 1)), (150_000, (2, 1))],
     ids=["no-evictions", "evicting", "evicting-backoff", "tight-backoff"],
 )
-def test_native_core_matches_python_bit_for_bit(tmp_path: Path, budget: int, windows: tuple[int, int]) -> None:
+def test_native_core_matches_python_bit_for_bit(
+    tmp_path: Path, budget: int, windows: tuple[int, int]
+) -> None:
     config = TreeCacheConfig(byte_budget=budget, window=windows[0], backoff_window=windows[1])
     py, nat = pair(config)
     compared = workload(py, nat, random.Random(budget), 300, tmp_path)
@@ -146,6 +148,6 @@ def test_native_core_refuses_token_ids_past_int32() -> None:
 
 def test_backend_native_without_the_core_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "core", None)
-    with pytest.raises(RuntimeError, match="native core is not available.*pip install -e"):
+    with pytest.raises(RuntimeError, match=r"native core is not available.*pip install -e"):
         TreeCache(TreeCacheConfig(backend="native"))
     assert TreeCache(TreeCacheConfig(backend="auto")).backend == "python"

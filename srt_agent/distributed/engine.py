@@ -31,9 +31,38 @@ from srt_agent.tree_cache.cache_types import TreeCacheConfig
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RayEngine"]
+__all__ = ["RayEngine", "replica_args"]
 
 log = logging.getLogger(__name__)
+
+
+def replica_args(
+    model_dir: str | Path,
+    config: RayConfig,
+    *,
+    max_batch_size: int,
+    cache: TreeCacheConfig | None,
+    spec: SpecConfig | None,
+    seed: int,
+) -> dict[str, Any]:
+    """The keyword arguments of every :class:`EngineReplica` a :class:`RayEngine` starts (replacements too).
+
+    Args:
+        model_dir: The model.
+        config: Gives each replica's torch threads.
+        max_batch_size: Each replica's batch.
+        cache: The run's ``spec.cache`` (``None``: no tree cache, no drafts).
+        spec: The run's engine options (``spec``: draft budget, cost model; ``None``: the defaults).
+        seed: The replicas' engine seed.
+    """
+    return {
+        "model_dir": str(model_dir),
+        "max_batch_size": max_batch_size,
+        "cache": cache,
+        "spec": spec if spec is not None else SpecConfig(),
+        "seed": seed,
+        "threads": config.replica_threads,
+    }
 
 
 class RayEngine:
@@ -71,12 +100,14 @@ class RayEngine:
         self._actor = remote(num_cpus=config.replica_cpus, max_concurrency=max(64, 4 * max_batch_size))(
             EngineReplica
         )
-        self._args = (self.model_dir, max_batch_size, cache, spec, seed, config.replica_threads)
+        self._args = replica_args(
+            model_dir, config, max_batch_size=max_batch_size, cache=cache, spec=spec, seed=seed
+        )
         self._lock = threading.Lock()
         self._weights: Any = None  # the latest weights' object ref, for replacements
         self.replaced = 0
         self.router = Router(config.replicas, config.routing)
-        self.replicas = [self._actor.remote(*self._args) for _ in range(config.replicas)]
+        self.replicas = [self._actor.remote(**self._args) for _ in range(config.replicas)]
         try:  # fail here, saying why, if a replica cannot start (no CPU left to place it, say)
             ray.get([r.ping.remote() for r in self.replicas], timeout=config.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -152,7 +183,7 @@ class RayEngine:
         with self._lock:
             if self.replicas[index] is not dead:  # another request replaced it already
                 return
-            fresh = self._actor.remote(*self._args)
+            fresh = self._actor.remote(**self._args)
             if self._weights is not None:
                 fresh.update_weights.remote(self._weights)  # queued before any generate
             self.replicas[index] = fresh

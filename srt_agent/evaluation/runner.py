@@ -112,8 +112,9 @@ def run_eval(
             (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
         ray: For a model directory, roll out on a Ray cluster (engine replicas, env workers).
         device: For a model directory, where the in-process engine runs (``cpu``, ``cuda``, ``auto``).
-        spec_options: For a model directory, the tree cache and speculation settings (a run
-            config's ``spec`` section; default: its defaults).
+        spec_options: For a model directory, the tree cache, speculation and run-ahead settings
+            (a run config's ``spec`` section; default: its defaults). Run-ahead needs ``spec``; its
+            jobs run beside the live episodes and only feed the cache.
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -180,7 +181,10 @@ def _load(
     device: str = "cpu",
     options: SpecSection | None = None,
 ) -> Runtime:
-    """The runtime of a model directory (a fresh tree cache with ``spec``), or :class:`ModelLoadError`."""
+    """The runtime of a model directory, or :class:`ModelLoadError`.
+
+    With ``spec``: a fresh tree cache and ``options.run_ahead``, as ``train`` builds them.
+    """
     path = Path(model_dir)
     if not path.is_dir():
         raise ModelLoadError(f"model directory {str(path)!r} does not exist")
@@ -193,6 +197,7 @@ def _load(
             config,
             draft_source=cache,
             spec=options.engine_config(),
+            run_ahead=options.run_ahead if spec else None,  # as train: in-process, Ray or a server
             progress=progress,
             engine=engine,
             ray=ray,

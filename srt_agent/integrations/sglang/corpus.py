@@ -124,12 +124,14 @@ class TreeCacheCorpus:
                 self.cache.extend_many(updates)
             except ValueError as exc:  # the valid ones were applied; drafting goes on
                 log.warning("tree cache refused some tokens: %s", exc)
-        drafts = self.cache.draft_many(queries) if self.width > 1 else []
         n = len(req_ids)
+        roots = [int(tail[-1]) if len(tail) else 0 for tail in batch_tokens]
+        if self.width > 1 and self.cache.backend == "native":  # drafts and layout in one native call
+            return self.cache.draft_flat(queries, roots, self.width, self.vocab_size)
+        drafts = self.cache.draft_many(queries) if self.width > 1 else []
         tokens = np.zeros(n * self.width, dtype=np.int64)
         mask = np.zeros(n * self.width * self.width, dtype=np.int64)
-        for i, tail in enumerate(batch_tokens):
-            root = int(tail[-1]) if len(tail) else 0
+        for i, root in enumerate(roots):
             if drafts:
                 tree = flat_tree(drafts[i], root, self.width, self.vocab_size)
                 tokens[i * self.width : (i + 1) * self.width] = tree.tokens

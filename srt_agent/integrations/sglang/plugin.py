@@ -17,8 +17,13 @@ drafts come from and what survives a flush:
   defaults, plus the acceptance thresholds at 1.0 (any lower value would bias sampling).
 
 The options come from the environment, since SGLang's argument parser is not extensible:
-``SRT_SPEC_CONFIG`` names a run config whose ``spec.cache`` section configures the tree cache
-(``srt-agent sglang-serve --config`` sets it), and ``SRT_CACHE_BYTES`` overrides its byte budget.
+``SRT_SPEC_CONFIG`` names an options file (``srt-agent sglang-serve --config`` sets it): a run
+config, its ``spec`` section alone, or its ``spec.cache`` section alone, as YAML or JSON.
+``spec.cache`` configures the tree cache, ``spec.max_draft_tokens + 1`` is the default of
+``--speculative-num-draft-tokens``, and ``SRT_CACHE_BYTES`` overrides the byte budget. At startup
+(:func:`validate_server_args`, also when SGLang is launched directly) options the worker cannot
+honour are refused with the reason: see :func:`srt_agent.config.spec_file.sglang_refusals` and
+:func:`srt_agent.config.spec_file.load_spec` (``server``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from srt_agent.config.sections import SpecSection
     from srt_agent.tree_cache import TreeCacheConfig
 
 log = logging.getLogger(__name__)
@@ -36,7 +44,10 @@ ALGORITHM = "SRT"
 """The name to pass as ``--speculative-algorithm``."""
 
 SPEC_FILE_VARIABLE = "SRT_SPEC_CONFIG"
-"""The environment variable naming the run config the SRT worker reads its ``spec`` from."""
+"""The environment variable naming the options file the SRT worker reads its ``spec`` from."""
+
+CACHE_BYTES_VARIABLE = "SRT_CACHE_BYTES"
+"""The environment variable overriding the tree cache's byte budget (``spec.cache.byte_budget``)."""
 
 
 EXACT_THRESHOLDS = {"speculative_accept_threshold_single": 1.0, "speculative_accept_threshold_acc": 1.0}
@@ -67,23 +78,34 @@ def register() -> None:
 
 
 def validate_server_args(server_args: Any) -> None:
-    """Refuse acceptance thresholds that break exactness.
+    """Refuse acceptance thresholds that break exactness, and options the worker cannot honour.
 
     Raises:
-        ValueError: A threshold other than 1.0 (the message names the flag).
+        ValueError: A threshold other than 1.0 (the message names the flag), or options of
+            ``SRT_SPEC_CONFIG`` SGLang has no counterpart for, or a
+            ``--speculative-num-draft-tokens`` that contradicts its ``spec.max_draft_tokens``.
+        ConfigError: ``SRT_SPEC_CONFIG`` or ``SRT_CACHE_BYTES`` is invalid.
     """
+    from srt_agent.config.spec_file import sglang_refusals
+
     for name, exact in EXACT_THRESHOLDS.items():
         value = getattr(server_args, name, exact)
         if value is not None and value != exact:
             flag = "--" + name.replace("_", "-")
             raise ValueError(f"{flag} {value}: SRT keeps sampling exact only at {exact}; leave it at {exact}")
+    path = os.environ.get(SPEC_FILE_VARIABLE)
+    slots = getattr(server_args, "speculative_num_draft_tokens", None) if path else None
+    refused = sglang_refusals(worker_spec(), slots)
+    if refused:
+        raise ValueError(f"{SPEC_FILE_VARIABLE}={path}: " + "; ".join(refused))
 
 
-def ngram_defaults(server_args: Any) -> None:
+def ngram_defaults(server_args: Any, draft_slots: int = 12) -> None:
     """Apply the server-arg defaults SGLang gives its own n-gram algorithm (``_handle_ngram``).
 
-    A registered algorithm does not get them by itself: 12 draft slots, 48 running requests, no
-    mixed chunked prefill, and no overlap scheduling on CPU.
+    A registered algorithm does not get them by itself: ``draft_slots`` draft slots (SGLang's
+    12, or ``spec.max_draft_tokens + 1`` of ``SRT_SPEC_CONFIG``), 48 running requests, no mixed
+    chunked prefill, and no overlap scheduling on CPU.
     """
     if getattr(server_args, "device", None) == "cpu":
         server_args.disable_overlap_schedule = True
@@ -92,7 +114,7 @@ def ngram_defaults(server_args: Any) -> None:
     server_args.enable_mixed_chunk = False
     server_args.speculative_eagle_topk = server_args.speculative_ngram_max_bfs_breadth
     if getattr(server_args, "speculative_num_draft_tokens", None) is None:
-        server_args.speculative_num_draft_tokens = 12
+        server_args.speculative_num_draft_tokens = draft_slots
     if getattr(server_args, "speculative_num_steps", None) is None:
         server_args.speculative_num_steps = (
             server_args.speculative_num_draft_tokens // server_args.speculative_eagle_topk
@@ -128,7 +150,8 @@ def _algorithm_class(base: type) -> type:
             return None  # SRT's worker is its own on every platform
 
         def handle_server_args(self, server_args: Any) -> None:
-            ngram_defaults(server_args)
+            given = os.environ.get(SPEC_FILE_VARIABLE)  # without a file, SGLang's n-gram default
+            ngram_defaults(server_args, worker_spec().max_draft_tokens + 1 if given else 12)
 
         def create_future_map(
             self,
@@ -144,24 +167,32 @@ def _algorithm_class(base: type) -> type:
     return SRTAlgorithm
 
 
-def worker_cache_config(environ: dict[str, str] | None = None) -> TreeCacheConfig:
-    """The SRT worker's tree cache settings, read from the environment.
+def worker_spec(environ: Mapping[str, str] | None = None) -> SpecSection:
+    """The SRT worker's options, read from the environment.
 
-    ``spec.cache`` of the run config ``SRT_SPEC_CONFIG`` names (the defaults without one), with
-    ``SRT_CACHE_BYTES`` overriding the byte budget.
+    The ``spec`` section of the options file ``SRT_SPEC_CONFIG`` names (a run config, a ``spec``
+    section, or a ``spec.cache`` section; the defaults without one), with ``SRT_CACHE_BYTES``
+    overriding ``spec.cache.byte_budget``.
+
+    Args:
+        environ: The environment to read (default: this process's).
 
     Raises:
-        ConfigError: The named run config is missing or invalid (SGLang then fails to start,
-            naming the file and the problem).
+        ConfigError: The file is missing or invalid, ``SRT_CACHE_BYTES`` is not a byte count, or
+            a bare ``spec`` section turns run-ahead on (the message names the key and the fix;
+            SGLang then fails to start).
     """
     from srt_agent.config.spec_file import load_spec
 
     env = os.environ if environ is None else environ
-    config = load_spec(env.get(SPEC_FILE_VARIABLE) or None).cache
-    budget = env.get("SRT_CACHE_BYTES")
-    if budget:
-        config = config.model_copy(update={"byte_budget": int(budget)})
-    return config
+    budget = env.get(CACHE_BYTES_VARIABLE)
+    overrides = [f"spec.cache.byte_budget={budget}"] if budget else []
+    return load_spec(env.get(SPEC_FILE_VARIABLE) or None, overrides, server=True)
+
+
+def worker_cache_config(environ: Mapping[str, str] | None = None) -> TreeCacheConfig:
+    """The SRT worker's tree cache settings: ``worker_spec(environ).cache``."""
+    return worker_spec(environ).cache
 
 
 def _worker_class(base: type) -> type:
