@@ -73,7 +73,7 @@ def replay(backend: str, args: argparse.Namespace) -> dict[str, float]:
 
 def main() -> None:
     """Replay the scheduler loop on each core and print host µs per step."""
-    ap = argparse.ArgumentParser(description="SGLang corpus host time per scheduler step, both tree cache cores.")
+    ap = argparse.ArgumentParser(description="SGLang corpus host time per scheduler step, both cores.")
     ap.add_argument("--requests", type=int, default=64, help="running requests per step")
     ap.add_argument("--draft-tokens", type=int, default=8, help="draft slots per request (the root excluded)")
     ap.add_argument("--steps", type=int, default=400)
@@ -85,7 +85,8 @@ def main() -> None:
         fig = replay(backend, args)
         print(
             f"{backend:>7}: {fig['step_us']:8.0f} µs per step ({args.requests} requests), "
-            f"{fig['us_per_request']:5.1f} µs per request, {fig['draft_nodes_per_request']:.1f} draft nodes each"
+            f"{fig['us_per_request']:5.1f} µs per request, "
+            f"{fig['draft_nodes_per_request']:.1f} draft nodes each"
         )
         record.update({f"{backend}_{k}": round(v, 2) for k, v in fig.items()})
     if "python_step_us" in record and "native_step_us" in record:
