@@ -116,11 +116,11 @@ def test_fallback_backs_off_to_a_shorter_suffix_longer_matches_first() -> None:
     # A task with nothing cached: three matching tokens beat one (task B's place, then A's).
     draft = cache.draft("c1", "C", [0], [7, 8, 3], budget=4)
     assert (draft.source, paths(draft)) == ("global", {(9,): 1.0})
-    # Without back-off (the default) the first query finds nothing.
-    plain = TreeCache(TreeCacheConfig(window=3))
+    # Without back-off the first query finds nothing.
+    plain = TreeCache(TreeCacheConfig(window=3, backoff_window=0))
     plain.insert("a1", "A", [1, 2, 3, 4])
     assert plain.draft("a2", "A", [0], [0, 0, 3], budget=4).source == "none"
-    assert TreeCacheConfig(window=1, backoff_window=1).windows == (1,) and TreeCacheConfig().windows == (3,)
+    assert TreeCacheConfig(window=1, backoff_window=1).windows == (1,) and TreeCacheConfig().windows == (3, 1)
     cache.check_integrity()
 
 

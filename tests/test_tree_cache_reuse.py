@@ -17,7 +17,7 @@ from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import state_key
 from srt_agent.messages import system, tool_result, user
-from srt_agent.tree_cache import TreeCache
+from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 pytestmark = pytest.mark.usefixtures("cache_backend")
 
@@ -76,7 +76,8 @@ def play(fmt: ChatFormat, cache: TreeCache, episode: int, answers: list[str], to
 
 def test_a_second_episode_of_the_task_drafts_from_the_first() -> None:
     fmt = ChatFormat(tiny_tokenizer())
-    cache = TreeCache()
+    # No back-off: the turn's own earlier tokens would then give one-token suffix matches.
+    cache = TreeCache(TreeCacheConfig(backoff_window=0))
     first = play(fmt, cache, 0, [CALL], tool_output="4")
     assert first[0].forwards == len(first[0].tokens)  # cold: nothing to draft from, one token per forward
     second = play(fmt, cache, 1, [CALL], tool_output="4")
