@@ -21,6 +21,7 @@ the settings.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -100,9 +101,14 @@ def make_groups(states: int, group: int, length: int, vocab: int, seed: int = 0)
     return out
 
 
-def time_calls(fn: Callable[[int], object], n: int) -> tuple[float, list[object]]:
-    """Mean µs per call of ``fn(i)`` for ``i < n``, and the results."""
-    fn(0)  # warm up
+def time_calls(fn: Callable[[int], object], n: int, warmup: bool = True) -> tuple[float, list[object]]:
+    """Mean µs per call of ``fn(i)`` for ``i < n``, and the results.
+
+    ``warmup``: call ``fn(0)`` once untimed first (not for calls that must not be repeated, such as
+    a stream's next tokens: reporting them twice would make the rest of its path new nodes).
+    """
+    if warmup:
+        fn(0)
     out: list[object] = []
     t0 = time.perf_counter()
     for i in range(n):
@@ -153,8 +159,9 @@ def measure(
     us: dict[str, float] = {}
     what: dict[str, str] = {}
 
-    def run(name: str, fn: Callable[[int], object], per: int = 1, reps: int = n) -> None:
-        mean, results = time_calls(fn, reps)
+    def run(name: str, fn: Callable[[int], object], per: int = 1, reps: int = n, warmup: bool = True) -> None:
+        gc.collect()  # not the other core's garbage: each call kind pays only for its own
+        mean, results = time_calls(fn, reps, warmup)
         us[name] = mean / per
         flat = [d for r in results for d in (r if isinstance(r, list) else [r])]
         what[name] = describe(flat)
@@ -186,7 +193,7 @@ def measure(
     run("draft_miss", lambda i: cache.draft("new-state", "new-task", (), misses[i % 64], b))
 
     fresh = [rng.randrange(args.vocab) for _ in range(n + 1)]
-    run("extend_new", lambda i: cache.extend("fresh", "fresh-state", "task0", fresh[i : i + 1]))
+    run("extend_new", lambda i: cache.extend("fresh", "fresh-state", "task0", fresh[i : i + 1]), warmup=False)
     cache.finish("fresh")
     key, task, seqs = data[1]
     known = seqs[0]
@@ -195,13 +202,13 @@ def measure(
         j = i % len(known)
         cache.extend(f"again{i - j}", key, task, known[j : j + 1])
 
-    run("extend_existing", extend_known)
+    run("extend_existing", extend_known, warmup=False)
 
     def extend_known8(i: int) -> None:
         j = (8 * i) % 504  # 63 calls retrace the first 504 tokens, then a new stream starts over
         cache.extend(f"eight{8 * i - j}", key, task, known[j : j + 8])
 
-    run("extend_existing8", extend_known8)
+    run("extend_existing8", extend_known8, warmup=False)
 
     # The engine's calls: every row of a step at once. Rows retrace earlier samples of their states
     # (a GRPO group's later samples), so the cursors serve exact drafts, or are new states of known
@@ -225,7 +232,9 @@ def measure(
     run("batch_draft_fallback", lambda i: cache.draft_many(fb), per=rows, reps=steps)
     for r in range(rows):
         cache.finish(ids[r])
-    # The updates are built before timing (the engine has them at hand); each step one token per row.
+    # The updates are built before timing (the engine has them at hand); each step one token per row,
+    # for enough steps that starting the rows' streams is amortised as over a generation.
+    steps = max(8, n // 10)
     new_ups = [
         [
             StreamUpdate(f"new{r}", f"new-state{r}", f"task{r % 16}", [rng.randrange(args.vocab)])
@@ -233,7 +242,7 @@ def measure(
         ]
         for _ in range(steps + 1)
     ]
-    run("batch_extend_new", lambda i: cache.extend_many(new_ups[i]), per=rows, reps=steps)
+    run("batch_extend_new", lambda i: cache.extend_many(new_ups[i]), per=rows, reps=steps, warmup=False)
     old_ups = [
         [
             StreamUpdate(
@@ -243,7 +252,7 @@ def measure(
         ]
         for i in range(steps + 1)
     ]
-    run("batch_extend_existing", lambda i: cache.extend_many(old_ups[i]), per=rows, reps=steps)
+    run("batch_extend_existing", lambda i: cache.extend_many(old_ups[i]), per=rows, reps=steps, warmup=False)
     cache.check_integrity()
     return us, fill, "; ".join(f"{k}: {v}" for k, v in what.items() if v and k.startswith("batch"))
 

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <climits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,13 +77,16 @@ void tokens_of(const Fast& seq, Py_ssize_t lo, std::vector<int32_t>& out, int64_
 // DraftTree.trusted), setting the frozen dataclass's fields as object.__setattr__ does.
 class TreeMaker {
 public:
-    TreeMaker(py::handle cls, py::handle empty) : cls_(cls), empty_(empty) {
+    TreeMaker(py::handle cls, py::handle empty)
+        : cls_(py::reinterpret_borrow<py::object>(cls)), empty_(py::reinterpret_borrow<py::object>(empty)) {
         static const char* names[] = {"token_ids", "parents", "probs", "source", "runahead", "backoff"};
         for (int i = 0; i < 6; ++i) names_[i] = py::reinterpret_steal<py::object>(PyUnicode_InternFromString(names[i]));
         sources_[srt::kExact] = py::str("exact");
         sources_[srt::kTask] = py::str("task");
         sources_[srt::kGlobal] = py::str("global");
     }
+
+    bool for_(py::handle cls, py::handle empty) const { return cls.ptr() == cls_.ptr() && empty.ptr() == empty_.ptr(); }
 
     py::object make(const srt::Draft& d) const {
         if (d.tokens.empty()) return py::reinterpret_borrow<py::object>(empty_);
@@ -107,7 +111,7 @@ public:
     }
 
 private:
-    py::handle cls_, empty_;
+    py::object cls_, empty_;  // owned: the maker outlives a call
     py::object names_[6];
     py::object sources_[4];
 };
@@ -122,7 +126,7 @@ public:
     py::list draft_many(py::handle queries, py::handle cls, py::handle empty) {
         const Fast qs(queries.ptr(), "queries must be a sequence");
         for (Py_ssize_t i = 0; i < qs.size(); ++i) budget_of(qs[i]);  // all checked before any work
-        TreeMaker maker(cls, empty);
+        const TreeMaker& maker = maker_for(cls, empty);
         py::list out(qs.size());
         for (Py_ssize_t i = 0; i < qs.size(); ++i) {
             const Fast q(qs[i], "a draft query must be a tuple");
@@ -162,7 +166,7 @@ public:
                      py::handle cls, py::handle empty) {
         check_budget(budget);
         one(std::string(), key, task, generated.ptr(), budget);
-        return TreeMaker(cls, empty).make(draft_);
+        return maker_for(cls, empty).make(draft_);
     }
 
     // Every update's tokens (StreamUpdate tuples: stream_id, state_key, task_id, new_tokens, kind);
@@ -334,7 +338,14 @@ private:
         return std::string();
     }
 
+    // The DraftTree builder, made once (its interned names and source strings) per class.
+    const TreeMaker& maker_for(py::handle cls, py::handle empty) {
+        if (!maker_ || !maker_->for_(cls, empty)) maker_ = std::make_unique<TreeMaker>(cls, empty);
+        return *maker_;
+    }
+
     srt::TreeCore core_;
+    std::unique_ptr<TreeMaker> maker_;
     std::vector<int32_t> buf_;
     srt::Draft draft_;
 };
