@@ -9,7 +9,20 @@ namespace srt {
 
 namespace {
 constexpr size_t kWide = 16;  // children kept in a scanned vector up to this many, then hashed too
+
+// A slot of `items` for a new element: a freed one if any, else a new one at the end.
+template <class T>
+int32_t take_slot(std::vector<T>& items, std::vector<int32_t>& free) {
+    if (!free.empty()) {
+        const int32_t id = free.back();
+        free.pop_back();
+        return id;
+    }
+    if (items.size() >= static_cast<size_t>(INT32_MAX)) throw std::length_error("tree cache: too many items");
+    items.emplace_back();
+    return static_cast<int32_t>(items.size() - 1);
 }
+}  // namespace
 
 bool TreeCore::Key::operator==(const Key& o) const {
     return len == o.len && std::memcmp(t, o.t, sizeof(int32_t) * static_cast<size_t>(len)) == 0;
@@ -54,16 +67,8 @@ TreeCore::~TreeCore() = default;
 // ------------------------------------------------------------------ nodes (prefix_tree.py)
 
 int32_t TreeCore::new_node(int32_t token, int32_t parent, int64_t tick) {
-    int32_t id;
-    if (!free_nodes_.empty()) {
-        id = free_nodes_.back();
-        free_nodes_.pop_back();
-    } else {
-        if (nodes_.size() >= static_cast<size_t>(INT32_MAX)) throw std::length_error("tree cache: too many nodes");
-        id = static_cast<int32_t>(nodes_.size());
-        nodes_.emplace_back();
-        links_.resize(links_.size() + static_cast<size_t>(n_lists_));
-    }
+    const int32_t id = take_slot(nodes_, free_nodes_);
+    if (links_.size() < nodes_.size() * static_cast<size_t>(n_lists_)) links_.resize(nodes_.size() * n_lists_);
     nodes_[id] = Node{token, parent, -1, -1, 0, 0, 0, tick};
     for (int l = 0; l < n_lists_; ++l) link(id, l) = Link{-1, -1};
     return id;
@@ -119,14 +124,7 @@ int64_t TreeCore::add_child(int32_t parent, int32_t kid) {
             nodes_[parent].kid = kid;
             return b.node;
         }
-        int32_t m;
-        if (!free_maps_.empty()) {
-            m = free_maps_.back();
-            free_maps_.pop_back();
-        } else {
-            m = static_cast<int32_t>(maps_.size());
-            maps_.emplace_back();
-        }
+        const int32_t m = take_slot(maps_, free_maps_);
         const int32_t first = nodes_[parent].kid;
         maps_[m].items = {{nodes_[first].token, first}, {token, kid}};
         nodes_[parent].map = m;
@@ -205,14 +203,7 @@ int32_t TreeCore::adopt(const std::string& key, const std::string& task, int32_t
             t = it->second.get();
         }
     }
-    int32_t s;
-    if (!free_states_.empty()) {
-        s = free_states_.back();
-        free_states_.pop_back();
-    } else {
-        s = static_cast<int32_t>(states_.size());
-        states_.emplace_back();
-    }
+    const int32_t s = take_slot(states_, free_states_);
     int64_t n = 0, tree = 0;
     for (int32_t x : subtree(root)) {
         ++n;
@@ -235,14 +226,7 @@ int32_t TreeCore::adopt(const std::string& key, const std::string& task, int32_t
 // TreeStore._start_stream
 int32_t TreeCore::start_stream(const std::string& sid, const std::string& key, const std::string& task, bool live) {
     const int32_t s = touch_state(key, task);
-    int32_t id;
-    if (!free_streams_.empty()) {
-        id = free_streams_.back();
-        free_streams_.pop_back();
-    } else {
-        id = static_cast<int32_t>(streams_.size());
-        streams_.emplace_back();
-    }
+    const int32_t id = take_slot(streams_, free_streams_);
     Stream& st = streams_[id];
     st.id = sid;
     st.key = key;

@@ -50,7 +50,8 @@ def summarize(
       updates) and the speculation-off baseline rollouts; ``checkpoint_s``: writing checkpoints;
       ``step_s_mean``: mean wall seconds per step.
     * ``srt_speedup_mean``: mean over the baseline steps of (speculation-off rollout seconds / SRT
-      rollout seconds) for the same prompts and sampling seeds; ``srt_speedup_steps``: how many;
+      rollout seconds) for the same prompts and sampling seeds (which of the two runs first
+      alternates, as the rollout right after a learner update runs slower); ``srt_speedup_steps``: how many;
       ``baseline_token_match_mean``: share of those episodes that sampled identical tokens both ways.
     * ``tokens_per_forward_mean``, ``acceptance_rate_mean``, ``tokens_per_s_mean``: means over steps
       (tokens per sequence-forward; accepted / verified draft tokens; sampled tokens per second).
