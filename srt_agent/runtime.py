@@ -118,9 +118,7 @@ def build_runtime(
         srt_agent.engine.CheckpointError: ``model_dir`` is not a loadable model.
     """
     fmt = fmt or ChatFormat.from_pretrained(model_dir)
-    # A server runs on a GPU; an in-process engine (or Ray replica) where `device` says.
-    on_gpu = (engine is not None and engine.kind == "sglang") or _on_gpu(device)
-    ahead = run_ahead if run_ahead is not None and run_ahead.active(on_gpu) else None
+    ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
     if engine is not None and engine.kind == "sglang":
         remote = _connect(model_dir, engine, rollout)
         scheduler = RolloutScheduler(remote, fmt, rollout, runahead=ahead, progress=progress)
@@ -153,16 +151,6 @@ def build_runtime(
     )
     scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
     return Runtime(local, fmt, draft_source, scheduler)
-
-
-def _on_gpu(device: torch.device | str) -> bool:
-    """Whether ``device`` (``"auto"``: a GPU if there is one) is a GPU."""
-    name = str(device)
-    if name == "auto":
-        import torch
-
-        return bool(torch.cuda.is_available())
-    return name.startswith("cuda")
 
 
 def build_engine(

@@ -17,15 +17,11 @@ from srt_agent.tree_cache import TreeCache
 def test_runtime_wires_the_cache_and_run_ahead_and_rolls_out(tmp_path: Path) -> None:
     model = save_tiny_llama(tmp_path / "m")
     with pytest.raises(ValueError, match="run-ahead only feeds a draft source"):
-        build_runtime(model, RolloutConfig(), run_ahead=RunAheadConfig(enabled=True), fmt=tiny_format())
+        build_runtime(model, RolloutConfig(), run_ahead=RunAheadConfig(), fmt=tiny_format())
     cache = TreeCache()
     rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8)
     with build_runtime(
         model, rollout, draft_source=cache, run_ahead=RunAheadConfig(), fmt=tiny_format()
-    ) as cpu:
-        assert cpu.scheduler.runahead is None  # 'auto': a CPU's rows are not free
-    with build_runtime(
-        model, rollout, draft_source=cache, run_ahead=RunAheadConfig(enabled=True), fmt=tiny_format()
     ) as rt:
         assert rt.cache is cache and rt.scheduler.runahead is not None
         batch = rollout_sync(rt.scheduler, [EpisodeSpec("srt/GuessNumber-v0", seed=i) for i in range(2)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -84,17 +84,7 @@ class RunAheadConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool | Literal["auto"] = Field(
-        default="auto",
-        description="Generate ahead into the tree cache while episodes wait. 'auto': on a GPU (or a server), "
-        "where a batch's free rows cost little, and off on a CPU, where every row costs its share of the "
-        "step (measured on 2 cores: run-ahead took ~15% of the quickstart's rollout time).",
-    )
-
-    def active(self, on_gpu: bool) -> bool:
-        """Whether run-ahead runs for an engine on a GPU (``on_gpu``) or a CPU (``enabled`` resolved)."""
-        return on_gpu if self.enabled == "auto" else bool(self.enabled)
-
+    enabled: bool = Field(default=True, description="Generate ahead into the tree cache while episodes wait.")
     max_in_flight: int = Field(
         default=8, ge=1, description="Most run-ahead requests on the engine at once (each holds a row)."
     )
