@@ -234,15 +234,15 @@ def measure(
         cache.finish(ids[r])
     # The updates are built before timing (the engine has them at hand); each step one token per row,
     # for enough steps that starting the rows' streams is amortised as over a generation.
-    steps = max(8, n // 10)
+    ext_steps = max(8, n // 10)
     new_ups = [
         [
             StreamUpdate(f"new{r}", f"new-state{r}", f"task{r % 16}", [rng.randrange(args.vocab)])
             for r in range(rows)
         ]
-        for _ in range(steps + 1)
+        for _ in range(ext_steps + 1)
     ]
-    run("batch_extend_new", lambda i: cache.extend_many(new_ups[i]), per=rows, reps=steps, warmup=False)
+    run("batch_extend_new", lambda i: cache.extend_many(new_ups[i]), per=rows, reps=ext_steps, warmup=False)
     old_ups = [
         [
             StreamUpdate(
@@ -250,9 +250,15 @@ def measure(
             )
             for r in range(rows)
         ]
-        for i in range(steps + 1)
+        for i in range(ext_steps + 1)
     ]
-    run("batch_extend_existing", lambda i: cache.extend_many(old_ups[i]), per=rows, reps=steps, warmup=False)
+    run(
+        "batch_extend_existing",
+        lambda i: cache.extend_many(old_ups[i]),
+        per=rows,
+        reps=ext_steps,
+        warmup=False,
+    )
     cache.check_integrity()
     return us, fill, "; ".join(f"{k}: {v}" for k, v in what.items() if v and k.startswith("batch"))
 

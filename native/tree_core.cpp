@@ -692,14 +692,17 @@ void TreeCore::select(const std::vector<int32_t>& roots, int budget, Draft& out)
             out.probs.push_back(-negp);
             out.runahead.push_back(live == 0 ? 1 : 0);
             if (static_cast<size_t>(index) + 1 == cap) break;
-            const Node& n = glen == 1 ? nodes_[single] : nodes_[0];
-            if (glen > 1 || n.map >= 0 || n.kid < 0) {
-                if (glen > 1 || has_kids(single)) {
-                    if (glen == 1)
-                        group_.assign(1, single);
-                    else
-                        group_.assign(arena_.begin() + gbeg, arena_.begin() + gbeg + glen);
-                    push_children(group_, -negp, depth, index, cap - static_cast<size_t>(index) - 1);
+            const size_t limit = cap - static_cast<size_t>(index) - 1;
+            if (glen > 1) {  // several places merged: their children merge too
+                group_.assign(arena_.begin() + gbeg, arena_.begin() + gbeg + glen);
+                push_children(group_, -negp, depth, index, limit);
+                break;
+            }
+            const Node& n = nodes_[single];
+            if (n.map >= 0 || n.kid < 0) {  // a leaf, or two or more children
+                if (n.map >= 0) {
+                    group_.assign(1, single);
+                    push_children(group_, -negp, depth, index, limit);
                 }
                 break;
             }

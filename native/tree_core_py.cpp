@@ -125,13 +125,11 @@ public:
     // Every query's draft (DraftQuery tuples: stream_id, state_key, task_id, prompt_ids, generated, budget).
     py::list draft_many(py::handle queries, py::handle cls, py::handle empty) {
         const Fast qs(queries.ptr(), "queries must be a sequence");
-        for (Py_ssize_t i = 0; i < qs.size(); ++i) budget_of(qs[i]);  // all checked before any work
+        const std::vector<int> budgets = budgets_of(qs);
         const TreeMaker& maker = maker_for(cls, empty);
         py::list out(qs.size());
         for (Py_ssize_t i = 0; i < qs.size(); ++i) {
-            const Fast q(qs[i], "a draft query must be a tuple");
-            const int budget = budget_of(qs[i]);
-            one(utf8(q[0], "stream_id"), utf8(q[1], "state_key"), utf8(q[2], "task_id"), q[4], budget);
+            query(qs[i], budgets[i]);
             PyList_SET_ITEM(out.ptr(), i, maker.make(draft_).release().ptr());
         }
         return out;
@@ -147,12 +145,11 @@ public:
         if (width < 1) throw py::value_error("width must be >= 1 (the root), got " + std::to_string(width));
         if (rs.size() != n || tokens.size() < n * width || mask.size() < n * width * width)
             throw py::value_error("draft_flat: roots or buffers do not match the queries");
-        for (Py_ssize_t i = 0; i < n; ++i) budget_of(qs[i]);
+        const std::vector<int> budgets = budgets_of(qs);
         int64_t* tok = tokens.mutable_data();
         int64_t* msk = mask.mutable_data();
         for (Py_ssize_t i = 0; i < n; ++i) {
-            const Fast q(qs[i], "a draft query must be a tuple");
-            one(utf8(q[0], "stream_id"), utf8(q[1], "state_key"), utf8(q[2], "task_id"), q[4], budget_of(qs[i]));
+            query(qs[i], budgets[i]);
             try {
                 srt::flat_layout(draft_, rs.integer(i), width, vocab_size, tok + i * width,
                                  msk + static_cast<size_t>(i) * width * width);
@@ -277,13 +274,24 @@ private:
             throw py::value_error("draft budget must be >= 0 (0 asks for no draft), got " + std::to_string(budget));
     }
 
-    static int budget_of(PyObject* query) {
-        const Fast q(query, "a draft query must be a tuple");
-        if (q.size() < 6) throw py::type_error("a draft query has 6 fields");
-        const long long v = PyLong_AsLongLong(q[5]);
-        if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-        check_budget(v);
-        return static_cast<int>(std::min<long long>(v, INT_MAX));
+    // Every query's budget, all checked before any draft is made (a bad one leaves the cache as is).
+    static std::vector<int> budgets_of(const Fast& queries) {
+        std::vector<int> out(static_cast<size_t>(queries.size()));
+        for (Py_ssize_t i = 0; i < queries.size(); ++i) {
+            const Fast q(queries[i], "a draft query must be a tuple");
+            if (q.size() < 6) throw py::type_error("a draft query has 6 fields");
+            const long long v = PyLong_AsLongLong(q[5]);
+            if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+            check_budget(v);
+            out[static_cast<size_t>(i)] = static_cast<int>(std::min<long long>(v, INT_MAX));
+        }
+        return out;
+    }
+
+    // A DraftQuery tuple's draft into draft_ (see one()).
+    void query(PyObject* tuple, int budget) {
+        const Fast q(tuple, "a draft query must be a tuple");
+        one(utf8(q[0], "stream_id"), utf8(q[1], "state_key"), utf8(q[2], "task_id"), q[4], budget);
     }
 
     // One query's draft into draft_. The generated tokens are read only as far as the draft needs:

@@ -73,7 +73,6 @@ class TreeCache(DraftSourceBase):
         self.config = config or TreeCacheConfig()
         self._core: CacheCore
         self._core, self.backend = make_core(self.config, python_prices)
-        self._python_prices = python_prices
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
