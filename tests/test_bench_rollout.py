@@ -14,7 +14,7 @@ from test_rollout_support import save_tiny_llama
 from typer.testing import CliRunner
 
 from srt_agent.bench.rollout import CONFIGS, RolloutBenchConfig, run_rollout_bench
-from srt_agent.bench.rollout_report import bench_rollout, headline, markdown_table
+from srt_agent.bench.rollout_report import bench_rollout, headline, limits, markdown_table
 from srt_agent.cli import app
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -55,7 +55,8 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
         "useless_drafts_ratio", "cache_only_ratio", "hf_generate_ratio", "prompt_lookup_ratio",
         "latency200_runahead_acceptance", "latency200_no_runahead_acceptance",
         "latency200_runahead_speedup", "latency200_runahead_tokens", "latency200_prediction_hit_rate",
-        "rounds", "prompts", "samples", "drift", "threads",
+        "rounds", "prompts", "samples", "drift", "threads", "decode_share", "srt_speedup_ceiling",
+        "srt_speedup_no_capture", "off_prefill_capture_s",
     }  # fmt: skip
     assert keys <= set(record), keys - set(record)
     for c in CONFIGS:
@@ -106,3 +107,22 @@ def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> No
             RolloutBenchConfig(tmp_path, device="cuda")
     result = CliRunner().invoke(app, ["bench", "rollout", "--model", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+
+
+def test_limits_give_the_ceiling_from_offs_own_split() -> None:
+    """Free decode steps leave prefills, tool waits and the driver: that bounds any drafting."""
+    record = {
+        "off_wall_s": 10.0,
+        "off_forward_s": 5.0,  # 1 s of it capturing decode shapes (2 s captured, 1 s of prefills)
+        "off_graph_capture_s": 2.0,
+        "off_prefill_capture_s": 1.0,
+        "srt_wall_s": 9.0,
+        "srt_graph_capture_s": 3.0,
+    }
+    got = limits(record)
+    assert got["decode_share"] == 0.4
+    assert got["srt_speedup_ceiling"] == pytest.approx(1 / 0.6, abs=1e-3)
+    assert got["srt_speedup_no_capture"] == pytest.approx(8.0 / 6.0, abs=1e-3)
+    assert limits({"off_wall_s": 10.0}) == {}  # no split: nothing claimed
+    no_srt = limits({"off_wall_s": 4.0, "off_forward_s": 1.0})  # a CPU run: no capture keys
+    assert no_srt == {"decode_share": 0.25, "srt_speedup_ceiling": pytest.approx(4 / 3, abs=1e-3)}

@@ -314,6 +314,7 @@ def run_rollout_bench(
         engine_figures: If given, receives each TorchEngine configuration's static-step figures
             at the end: ``<config>_graph_shapes``, ``<config>_graph_replays``,
             ``<config>_graph_capture_s`` (inside the step and prefill times),
+            ``<config>_prefill_capture_s`` (the prefill shapes' share of it),
             ``<config>_static_eager_steps``, ``<config>_static_prefills``, ``<config>_decode_steps``
             and, if a capture failed,
             ``<config>_graph_error``.
@@ -375,6 +376,7 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
         f"{arm.name}_graph_shapes": stats.graph_shapes,
         f"{arm.name}_graph_replays": stats.graph_replays,
         f"{arm.name}_graph_capture_s": round(stats.graph_capture_seconds, 3),
+        f"{arm.name}_prefill_capture_s": round(stats.prefill_capture_seconds, 3),
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
         f"{arm.name}_static_prefills": stats.static_prefills,
         f"{arm.name}_decode_steps": stats.decode_steps,

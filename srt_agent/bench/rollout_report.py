@@ -79,7 +79,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       engine and no env step ran: chat-template rendering, tokenization, the event loop).
     * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
       (``<config>_graph_replays`` and the others of
-      :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``).
+      :func:`~srt_agent.bench.rollout.run_rollout_bench`'s ``engine_figures``), and the
+      workload's limits (:func:`limits`).
     * The settings: ``model``, ``envs``, ``prompts``, ``samples``, ``rounds``, ``hf_rounds``,
       ``temperature``, ``max_new_tokens``, ``max_turns``, ``drift``, ``latency_s``, ``threads``,
       ``max_batch_size``, ``seed``.
@@ -168,6 +169,33 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             latency200_runahead_tokens=int(with_ra["runahead_tokens"]),
             latency200_prediction_hit_rate=round(with_ra["prediction_hit_rate"], 4),
         )
+    return out
+
+
+def limits(record: dict[str, Any]) -> dict[str, float]:
+    """How far drafting can speed this workload up at all, and SRT's ratio without graph capture.
+
+    Speculation shortens decode steps only; prefills, tool waits and the driver's work stay. So
+    from ``off``'s own split: ``decode_share`` = its decode steps' time (graph capture excluded) /
+    its wall-clock, and ``srt_speedup_ceiling`` = 1 / (1 - ``decode_share``): the ratio SRT would
+    reach if every decode step were free. ``srt_speedup_no_capture``: ``srt_speedup`` with each
+    side's CUDA graph capture taken out of its wall-clock (a once-per-process cost that a short
+    benchmark charges to few rounds, and SRT captures more shapes: its verify widths). Keys absent
+    where the figures they need are.
+    """
+    out: dict[str, float] = {}
+    wall, forward = record.get("off_wall_s"), record.get("off_forward_s")
+    if not wall or forward is None:
+        return out
+    capture = record.get("off_graph_capture_s", 0.0)
+    step_capture = capture - record.get("off_prefill_capture_s", 0.0)  # inside forward_s
+    share = max(0.0, forward - step_capture) / wall
+    out["decode_share"] = round(share, 4)
+    out["srt_speedup_ceiling"] = round(1.0 / (1.0 - share), 3) if share < 1.0 else 0.0
+    srt_wall = record.get("srt_wall_s")
+    if srt_wall:
+        srt_capture = record.get("srt_graph_capture_s", 0.0)
+        out["srt_speedup_no_capture"] = _ratio(wall - capture, srt_wall - srt_capture)
     return out
 
 
@@ -281,7 +309,16 @@ def bench_rollout(
     figures: dict[str, float | int | str] = {}
     results = run_rollout_bench(config, on_round=progress, engine_figures=figures)
     record = {**headline(config, results), **figures}
+    record.update(limits(record))
     out.print(markdown_table(config, results), markup=False, soft_wrap=True)
+    if "srt_speedup_ceiling" in record:
+        line = (
+            f"off spends {record['decode_share']:.0%} of its wall-clock in decode steps: free decode "
+            f"steps would give at most {record['srt_speedup_ceiling']:.2f}x"
+        )
+        if "srt_speedup_no_capture" in record:
+            line += f"; SRT without graph capture {record['srt_speedup_no_capture']:.2f}x"
+        out.print(line, markup=False, soft_wrap=True)
     if plot_path is not None:
         out.print(write_plot(results, plot_path))
     if json_path is not None:

@@ -153,6 +153,7 @@ class StepGraphs:
         self.prefills = 0  # prefills run as static steps (replayed or eager)
         self.capture_error: str | None = None  # why capturing was turned off, if it was
         self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
+        self.prefill_capture_seconds = 0.0  # of which prefill shapes
         # Spent launching steps and waiting for their results (the whole forward where steps run
         # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
         self.device_seconds = 0.0
@@ -388,7 +389,10 @@ class StepGraphs:
             torch.cuda.synchronize(self.model.device)
             return _Graph(run)
         self.captures += 1
-        self.capture_seconds += time.perf_counter() - start
+        took = time.perf_counter() - start
+        self.capture_seconds += took
+        if kind != "step":
+            self.prefill_capture_seconds += took
         return _Graph(run, graph, out)
 
     def _capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:

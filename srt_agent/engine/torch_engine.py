@@ -64,6 +64,8 @@ class EngineStats:
         graph_replays: Decode and verify steps run by replaying a CUDA graph.
         graph_capture_seconds: Time spent capturing graphs (once per shape; inside the step and
             prefill times of :class:`~srt_agent.engine.speculation.stats.SpecStats`).
+        prefill_capture_seconds: Of ``graph_capture_seconds``, the prefill shapes' (inside the
+            prefill time; the rest is inside the decode and verify steps' time).
         static_eager_steps: Static-shape steps run eagerly (``cuda_graphs`` on a CPU, or after a
             failed capture).
         static_prefills: Prefills run as static-shape steps (graph replays on a GPU).
@@ -82,6 +84,7 @@ class EngineStats:
     graph_shapes: int = 0
     graph_replays: int = 0
     graph_capture_seconds: float = 0.0
+    prefill_capture_seconds: float = 0.0
     static_eager_steps: int = 0
     static_prefills: int = 0
     graph_error: str | None = None
@@ -255,6 +258,7 @@ class TorchEngine:
             graph_shapes=graphs.captures if graphs is not None else 0,
             graph_replays=graphs.replays if graphs is not None else 0,
             graph_capture_seconds=graphs.capture_seconds if graphs is not None else 0.0,
+            prefill_capture_seconds=graphs.prefill_capture_seconds if graphs is not None else 0.0,
             static_eager_steps=graphs.eager_steps if graphs is not None else 0,
             static_prefills=graphs.prefills if graphs is not None else 0,
             graph_error=graphs.capture_error if graphs is not None else None,
