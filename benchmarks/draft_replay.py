@@ -1,8 +1,9 @@
 """Replay a rollout trace through the tree cache: tokens per forward and host cost of drafting.
 
-Run: ``python benchmarks/draft_replay.py TRACE [--budget 8 --window 3 --backoff-window 0
---modes cursor,search --json PATH]``, with a trace written by ``srt-agent eval ... --trace TRACE``
-(``--no-spec`` keeps the sampled text independent of the drafts).
+Run: ``python benchmarks/draft_replay.py TRACE [--budget 8 --window 3 --backoff-window 1
+--modes cursor,search --mode-bound MODEL --json PATH]``, with a trace written by ``srt-agent eval ...
+--trace TRACE`` (``--no-spec`` keeps the sampled text independent of the drafts); the cache's
+settings default to the product's (``TreeCacheConfig``).
 
 Each generated turn of the trace is replayed, in file order, as one stream of the cache: from each
 position, one draft of at most ``--budget`` nodes is asked for, its longest path that the recorded
@@ -19,12 +20,23 @@ Modes (each replays the whole trace on a fresh cache; figures side by side):
   root, suffix matching) and one ``extend`` per row, the cache's per-row path (the engine's path
   before batched drafting; with ``PYTHONPATH`` set to an older checkout, that checkout's code).
 
+``--mode-bound MODEL`` also bounds what the policy's own most likely token (its *mode*, free from
+the logits the engine computes anyway) could add as a draft signal if each cache node stored the
+mode seen there: the modes come from one teacher-forced forward of MODEL per episode, and at each
+forward where the accepted path stops short of the budget, a node whose mode is the token the
+policy sampled there would have added one accepted token. ``mode_within_budget``: only where the
+draft left a node of its budget free; ``mode_displacing``: also where the mode would have taken the
+place of a drafted leaf (an upper bound: the live context's mode, as if stored). Both keep the
+default's forwards, so they bound a single mode token per forward, not chains of them.
+
 Printed per mode and env: tokens per forward, the share of empty drafts, drafts and accepted tokens
 by source, host microseconds per draft call and per reported token (``time.perf_counter`` around
 the cache's calls; the fastest of ``--repeat`` interleaved replays, as this machine's speed
 drifts). JSON keys (``--json``, one flat object): ``{mode}_{env}_{figure}`` with figures
 ``tokens_per_forward``, ``empty_share``, ``draft_us``, ``report_us_per_token``, ``drafts_{source}``,
-``accepted_{source}``; ``{env}`` is the env id's name (``Calculator``), or ``all``; plus ``budget``,
+``accepted_{source}``, and with ``--mode-bound`` ``mode_agreement`` (share of generated tokens that
+were the mode), ``mode_within_budget`` and ``mode_displacing`` (tokens per forward);
+``{env}`` is the env id's name (``Calculator``), or ``all``; plus ``budget``,
 ``window``, ``backoff_window``, ``turns``.
 """
 
@@ -94,8 +106,47 @@ def env_state_key(previous: str, new_prompt_ids: Sequence[int]) -> str:
     return h.hexdigest()
 
 
-def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -> dict[str, Counter[str]]:
-    """Replay ``(env, state key, task id, tokens)`` turns; per env (and ``all``) the raw counts."""
+def policy_modes(path: Path, model_dir: Path) -> list[list[int]]:
+    """The policy's most likely token at each generated token of the trace, turn by turn, file order.
+
+    One teacher-forced float32 forward per episode over its prompts and generated text (a turn's
+    prompt is the episode so far plus its ``new_prompt_ids``), read at the position that sampled
+    each generated token.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    episodes: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # (turn index, start, length)
+    texts: dict[str, list[int]] = defaultdict(list)
+    n_turns = 0
+    for t in iter_trace(path):
+        text = texts[t.episode_id]
+        text.extend(t.new_prompt_ids)
+        episodes[t.episode_id].append((n_turns, len(text), len(t.token_ids)))
+        text.extend(t.token_ids)
+        n_turns += 1
+    out: list[list[int]] = [[] for _ in range(n_turns)]
+    with torch.no_grad():
+        for eid, spans in episodes.items():
+            best = model(torch.tensor([texts[eid]])).logits[0].argmax(-1).tolist()
+            for i, start, n in spans:
+                out[i] = best[start - 1 : start - 1 + n]
+    return out
+
+
+def replay(
+    turns: list[Turn],
+    config: TreeCacheConfig,
+    budget: int,
+    mode: str,
+    modes: list[list[int]] | None = None,
+) -> dict[str, Counter[str]]:
+    """Replay ``(env, state key, task id, tokens)`` turns; per env (and ``all``) the raw counts.
+
+    ``modes``: the policy's mode at each generated token (:func:`policy_modes`), to count the
+    mode-signal bounds (see the module's doc).
+    """
     cache = TreeCache(config)
     stats: dict[str, Counter[str]] = defaultdict(Counter)
     timing: dict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -116,6 +167,11 @@ def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -
             drafted = time.perf_counter()
             n = accepted_path(draft, tokens[pos:]) if draft else 0
             emitted = tokens[pos : pos + n + 1]
+            stop = pos + n  # where the draft failed (or ran out): a node's stored mode could go on
+            mode_hit = (
+                modes is not None and bool(draft) and n < k and stop + 1 < len(tokens)
+                and modes[i][stop] == tokens[stop]
+            )  # fmt: skip
             if mode == "cursor":
                 cache.extend_many([StreamUpdate(sid, key, task, emitted)])
             else:
@@ -125,6 +181,12 @@ def replay(turns: list[Turn], config: TreeCacheConfig, budget: int, mode: str) -
                 s, t = stats[scope], timing[scope]
                 s["forwards"] += 1
                 s["tokens"] += len(emitted)
+                if modes is not None:
+                    s["mode_agree"] += sum(
+                        m == t for m, t in zip(modes[i][pos : stop + 1], emitted, strict=False)
+                    )
+                    s["mode_displacing"] += mode_hit
+                    s["mode_within_budget"] += mode_hit and len(draft.token_ids) < k
                 if k > 0:
                     s["draft_calls"] += 1
                     s[f"drafts_{draft.source}"] += 1
@@ -151,6 +213,11 @@ def figures(s: Counter[str]) -> dict[str, float]:
     for source in ("exact", "task", "global", "none"):
         out[f"drafts_{source}"] = s[f"drafts_{source}"]
         out[f"accepted_{source}"] = s[f"accepted_{source}"]
+    if "mode_agree" in s:
+        forwards = max(1, s["forwards"])
+        out["mode_agreement"] = round(s["mode_agree"] / max(1, s["tokens"]), 3)
+        for bound in ("mode_within_budget", "mode_displacing"):
+            out[bound] = round((s["tokens"] + s[bound]) / forwards, 3)
     return out
 
 
@@ -159,8 +226,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--budget", type=int, default=8, help="draft nodes per forward")
-    parser.add_argument("--window", type=int, default=3, help="the tree cache's suffix window")
-    parser.add_argument("--backoff-window", type=int, default=0, help="the tree cache's back-off window")
+    defaults = TreeCacheConfig()
+    parser.add_argument("--window", type=int, default=defaults.window, help="the tree cache's suffix window")
+    parser.add_argument(
+        "--backoff-window", type=int, default=defaults.backoff_window, help="the tree cache's back-off window"
+    )
     parser.add_argument("--modes", default="cursor,search", help="comma-separated: cursor, search")
     parser.add_argument(
         "--backend", default="auto", choices=["auto", "native", "python"], help="the tree cache's core"
@@ -170,6 +240,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--key", choices=("state", "env"), default="state", help="what a tree is keyed by (see read_turns)"
+    )
+    parser.add_argument(
+        "--mode-bound",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="bound the mode signal with this policy",
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -181,6 +258,7 @@ def main() -> None:
         parser.error("this srt_agent has no batched drafting (draft_many): use --modes search")
     config = TreeCacheConfig(window=args.window, backoff_window=args.backoff_window, backend=args.backend)
     turns = read_turns(args.trace, args.key)
+    policy = policy_modes(args.trace, args.mode_bound) if args.mode_bound is not None else None
     record: dict[str, float | int] = {
         "budget": args.budget,
         "window": args.window,
@@ -190,7 +268,7 @@ def main() -> None:
     best: dict[str, dict[str, Counter[str]]] = {}
     for _ in range(max(1, args.repeat)):  # interleaved, so a slow stretch of the machine hits all modes
         for mode in modes:
-            got = replay(turns, config, args.budget, mode)
+            got = replay(turns, config, args.budget, mode, policy)
             if mode not in best:
                 best[mode] = got
                 continue
@@ -208,6 +286,12 @@ def main() -> None:
                 f"empty {fig['empty_share']:.1%}  draft {fig['draft_us']:.1f} us/call  "
                 f"report {fig['report_us_per_token']:.2f} us/token  drafts/accepted by source: {hits}"
             )
+            if "mode_agreement" in fig:
+                print(
+                    f"{'':7s} {env:12s} policy mode = sampled token {fig['mode_agreement']:.1%}; "
+                    f"with stored modes tok/fwd <= {fig['mode_within_budget']:.3f} within the budget, "
+                    f"<= {fig['mode_displacing']:.3f} displacing a leaf"
+                )
             record.update({f"{mode}_{env}_{k}": v for k, v in fig.items()})
     if args.json is not None:
         args.json.write_text(json.dumps(record, indent=2) + "\n")
