@@ -54,7 +54,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=40, help="episodes of the trace to read")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(args.model)
+    model.eval()
     episodes: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in args.trace.read_text().splitlines():
         turn = json.loads(line)

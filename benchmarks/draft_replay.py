@@ -116,7 +116,8 @@ def policy_modes(path: Path, model_dir: Path) -> list[list[int]]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
     episodes: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # (turn index, start, length)
     texts: dict[str, list[int]] = defaultdict(list)
     n_turns = 0

@@ -15,7 +15,8 @@
 # Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,micro,train,bench128,engine}.json.
 # STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
 # BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
-# for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ...").
+# for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ..."); NATIVE_BUILD=0
+# skips compiling the native core (where the installed one is already importable).
 set -uo pipefail
 out=${1:?usage: gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]}
 budget=${2:-560}
@@ -62,7 +63,7 @@ stage() {
 
 # The native core (srt_agent._native), compiled here for this machine's Python if it can be (needs
 # pybind11 importable and Python's headers); without it the engine runs its Python twins.
-if [[ -f setup.py ]]; then
+if [[ -f setup.py && ${NATIVE_BUILD:-1} != 0 ]]; then
     echo "=== native: build ($(date +%T))" | tee -a "$log"
     if "$py" setup.py -q build_ext --inplace >>"$log" 2>&1 && "$py" -c "import srt_agent._native" >>"$log" 2>&1; then
         echo "=== native: built" | tee -a "$log"

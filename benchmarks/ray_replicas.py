@@ -97,6 +97,8 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error(f"--rounds {args.rounds}: needs >= 2 (round 0 warms the engines up and is not counted)")
     model_dir, _ = resolve_model_dir(args.model)
     fmt = ChatFormat.from_pretrained(model_dir)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)

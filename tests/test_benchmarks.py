@@ -1,0 +1,91 @@
+"""Every script in ``benchmarks/`` runs, on a tiny setting, and writes its JSON (CI's benchmark tier).
+
+Benchmarks are not imported by the package, so nothing else notices when one of them stops
+matching the code it measures. Each runs here as a user would (a subprocess from the repository
+root) with settings small enough for seconds: the figures are not checked, only that the script
+finishes, and that its ``--json`` file is one flat object. A new file in ``benchmarks/`` fails
+:func:`test_every_benchmark_has_a_smoke_run` until it gets an entry below.
+
+Run: ``pytest -m benchmarks tests/test_benchmarks.py`` (excluded from the default tier).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_rollout_support import save_tiny_llama
+
+pytestmark = pytest.mark.benchmarks
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+# Per script: its arguments, {model}, {trace} and {out} filled in; the JSON it writes is {out}/<name>.json.
+SMOKE: dict[str, str] = {
+    "draft_ceiling.py": "{trace} --model {model} --episodes 2",
+    "draft_replay.py": "{trace} --repeat 1 --mode-bound {model}",
+    "gradient_snr.py": "configs/quickstart.yaml model.dir={model} rollout.prompts_per_step=2 rollout.n=2 "
+    "rollout.max_new_tokens=16 --batches 3",
+    "native_micro.py": "--rows 4 --repeats 1",
+    "ray_replicas.py": "--model {model} --prompts 1 --samples 2 --rounds 2",
+    "sglang_corpus.py": "--requests 4 --steps 5",
+    "spec_engine_micro.py": "--batch-sizes 1 --new-tokens 8 --repeats 1 --model {model}",
+    "tree_cache_micro.py": "--states 4 --group 2 --length 160 --reps 20 --rows 4",
+}
+SHELL = {"gpu_check.sh"}  # run by test_gpu_check_runs_dry_on_a_cpu
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny model and an eval trace of it (what the trace-reading benchmarks read)."""
+    base = tmp_path_factory.mktemp("bench")
+    model = save_tiny_llama(base / "model")
+    trace = base / "trace.jsonl"
+    _run(
+        [sys.executable, "-m", "srt_agent.cli", "eval", "--env", "srt/Calculator-v0", "--model", str(model),
+         "--episodes", "4", "--max-new-tokens", "16", "--no-spec", "--trace", str(trace)],
+    )  # fmt: skip
+    return {"model": model, "trace": trace, "out": base}
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env={**os.environ, **(env or {})}
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{output[-3000:]}"
+    return output
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    on_disk = {p.name for p in BENCHMARKS.iterdir() if p.suffix in (".py", ".sh")}
+    assert on_disk == set(SMOKE) | SHELL, f"add a smoke entry for {sorted(on_disk - set(SMOKE) - SHELL)}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_runs_on_a_tiny_setting(script: str, setup: dict[str, Path]) -> None:
+    out = setup["out"] / f"{Path(script).stem}.json"
+    args = [a.format(**{k: str(v) for k, v in setup.items()}) for a in SMOKE[script].split()]
+    _run([sys.executable, str(BENCHMARKS / script), *args, "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert isinstance(record, dict) and record, record
+    nested = {k: type(v).__name__ for k, v in record.items() if isinstance(v, dict | list)}
+    assert not nested, f"{script}: --json must be one flat object; nested: {nested}"
+
+
+@pytest.mark.timeout(300)
+def test_gpu_check_runs_dry_on_a_cpu(setup: dict[str, Path]) -> None:
+    """The GPU script's orchestration, on the CPU with one cheap stage (its documented dry run)."""
+    out = setup["out"] / "gpu-check"
+    env = {"DEVICE": "cpu", "MODEL": str(setup["model"]), "SHAPE": "embedded", "STAGES": "micro"}
+    env["NATIVE_BUILD"] = "0"  # the installed core is importable; compiling again takes a minute
+    _run(["bash", str(BENCHMARKS / "gpu_check.sh"), str(out), "120"], env=env)
+    log = (out / "log.txt").read_text()
+    assert "=== micro: rc=0" in log, log[-3000:]
+    assert json.loads((out / "micro.json").read_text())
