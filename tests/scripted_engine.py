@@ -26,6 +26,7 @@ from srt_agent.contracts.generation import (
     GenerationRequest,
     PromptTooLongError,
 )
+from srt_agent.contracts.speculation import SpecStats
 
 if TYPE_CHECKING:
     import torch
@@ -131,6 +132,10 @@ class ScriptedEngine:
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Count the update (a scripted engine has no weights)."""
         self.weight_updates += 1
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """All zero: this engine does not speculate."""
+        return SpecStats()
 
     def close(self) -> None:
         """Mark the engine closed."""

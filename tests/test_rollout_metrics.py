@@ -9,7 +9,7 @@ from scripted_engine import ScriptedEngine
 from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest
-from srt_agent.engine.speculation.stats import SpecStats, spec_delta
+from srt_agent.contracts.speculation import SpecStats, spec_delta
 from srt_agent.evaluation import run_eval
 from srt_agent.rollout import EpisodeSpec, RolloutConfig, RolloutScheduler, rollout_sync, run_rollouts
 from srt_agent.rollout.metrics import Timeline

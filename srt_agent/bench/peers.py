@@ -34,6 +34,7 @@ from srt_agent.contracts.generation import (
     GenerationRequest,
     PromptTooLongError,
 )
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.tool_parser import parse_tool_calls
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,10 @@ class HFEngine:
         """Load new weights (HF names, any subset)."""
         with self._lock, torch.no_grad():
             self.model.load_state_dict(dict(state_dict), strict=False)
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """All zero: this engine does not speculate."""
+        return SpecStats()
 
     def close(self) -> None:
         """Nothing to stop (no background thread of its own)."""

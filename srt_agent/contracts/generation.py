@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from srt_agent.contracts.draft import StreamKind
+from srt_agent.contracts.speculation import SpecStats
 
 if TYPE_CHECKING:
     import torch
@@ -170,6 +171,13 @@ class Engine(Protocol):
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load new policy weights (names as in the HF checkpoint) between rollout batches."""
+        ...
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """Speculation counters since start or the last reset; ``reset`` starts them over after the read.
+
+        An engine that does not speculate returns its true counts: all zero.
+        """
         ...
 
     def close(self) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.config import SpecConfig
-from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
+from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.distributed.actors import EngineReplica
 from srt_agent.distributed.config import RayConfig
 from srt_agent.distributed.router import Router
 from srt_agent.engine.speculation.config import SpecConfig
-from srt_agent.engine.speculation.stats import SpecStats, spec_sum
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 if TYPE_CHECKING:

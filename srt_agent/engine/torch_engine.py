@@ -29,6 +29,7 @@ import torch
 
 from srt_agent.contracts.draft import DraftSourceProtocol
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
@@ -37,7 +38,7 @@ from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
 from srt_agent.engine.sequence import load_tokenizer
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
-from srt_agent.engine.speculation.stats import SpecCounters, SpecStats
+from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.step_graphs import CaptureFreeTimer, StepGraphs, bucket
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.engine.speculation.stats import SpecStats
 
 SOURCES = ("exact", "task", "global")
 """Draft sources of the tree cache reported per batch (``run-ahead`` is counted per accepted token)."""

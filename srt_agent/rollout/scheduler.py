@@ -23,8 +23,8 @@ from typing import Any
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
+from srt_agent.contracts.speculation import spec_delta
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.engine.speculation.stats import SpecStats, spec_delta
 from srt_agent.messages import Message
 from srt_agent.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
@@ -151,7 +151,7 @@ class RolloutScheduler:
         # One semaphore per run (not per scheduler): it must belong to the running event loop.
         slots = asyncio.Semaphore(self.config.max_concurrent)
         hooks = _BatchHooks(self.runahead)
-        spec_before = self._spec_stats()
+        spec_before = self.engine.spec_stats()
         ahead_before = self.runahead.stats() if self.runahead is not None else RunAheadStats()
         t0 = time.perf_counter()
         if self.runahead is not None:
@@ -162,18 +162,11 @@ class RolloutScheduler:
             if self.runahead is not None:
                 await self.runahead.end_batch()
         wall_s = time.perf_counter() - t0
-        spec = spec_delta(self._spec_stats(), spec_before)
+        spec = spec_delta(self.engine.spec_stats(), spec_before)
         ahead = self.runahead.stats().minus(ahead_before) if self.runahead is not None else RunAheadStats()
         metrics = batch_metrics(trajectories, spec=spec, runahead=ahead, wall_s=wall_s, split=hooks.split())
         self.last_metrics = metrics
         return RolloutBatch(tuple(trajectories), metrics)
-
-    def _spec_stats(self) -> SpecStats:
-        read = getattr(self.engine, "spec_stats", None)
-        if not callable(read):
-            return SpecStats()
-        stats = read()
-        return stats if isinstance(stats, SpecStats) else SpecStats()
 
     async def _one(self, spec: EpisodeSpec, slots: asyncio.Semaphore, hooks: EpisodeHooks) -> Trajectory:
         queued = time.perf_counter()

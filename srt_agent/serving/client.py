@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
-from srt_agent.engine.speculation.stats import SpecStats
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.serving.wire import WireError, output_from_wire, request_to_wire
 
 if TYPE_CHECKING:

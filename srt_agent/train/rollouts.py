@@ -25,8 +25,8 @@ import torch
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import RunConfig
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeSpec
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler

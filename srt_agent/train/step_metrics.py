@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.engine.speculation.stats import SpecStats
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: SpecStats) -> dict[str, float]:

@@ -22,7 +22,6 @@ import logging
 import math
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ import torch
 from srt_agent.algo import informative_mask, prompt_groups
 from srt_agent.chat_format import ChatFormat
 from srt_agent.config import ConfigError, RunConfig, load_config
+from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
-from srt_agent.engine.speculation.stats import SpecStats
 from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
@@ -370,7 +369,7 @@ class Trainer:
         keep = [x for x, g in zip(keep, groups, strict=True) if g < want]  # the first `want` groups
         every = [x for b in batches for x in b.trajectories]
         seconds = sum(b.seconds for b in batches)
-        return _Collected(first, every, keep, seconds, _merge_spec([b.spec for b in batches]), len(batches))
+        return _Collected(first, every, keep, seconds, spec_sum([b.spec for b in batches]), len(batches))
 
     def close(self) -> None:
         """Stop the engines and close the metric sinks."""
@@ -408,26 +407,6 @@ def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
 
 def _groups(trajectories: list[Trajectory]) -> int:
     return len({(x.env_id, x.task_id, x.seed) for x in trajectories})
-
-
-def _merge_spec(stats: list[SpecStats]) -> SpecStats:
-    """Counters of several rollout calls added up."""
-    if len(stats) == 1:
-        return stats[0]
-    merged: dict[str, Any] = {}
-    for f in dataclasses.fields(SpecStats):
-        values = [getattr(s, f.name) for s in stats]
-        if f.name == "acceptance_histogram":
-            width = max(len(v) for v in values)
-            merged[f.name] = tuple(sum(v[i] for v in values if i < len(v)) for i in range(width))
-        elif f.name == "drafts_by_source":
-            total: Counter[str] = Counter()
-            for v in values:
-                total.update(v)
-            merged[f.name] = dict(total)
-        else:
-            merged[f.name] = sum(values)
-    return SpecStats(**merged)
 
 
 def _config_changes(saved: Path, cfg: RunConfig) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from srt_agent.chat_format import ChatFormat
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest, check_room
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.episode import EpisodeRunner
@@ -108,6 +109,10 @@ class VLLMEngineAdapter:
     def update_weights(self, state_dict: Any) -> None:
         """OpenRLHF syncs its own vLLM engines' weights."""
         raise NotImplementedError("OpenRLHF updates its vLLM engines' weights itself")
+
+    def spec_stats(self, reset: bool = False) -> SpecStats:
+        """All zero: this engine does not speculate."""
+        return SpecStats()
 
     def close(self) -> None:
         """Nothing to release: the engine is OpenRLHF's."""
