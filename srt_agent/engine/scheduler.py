@@ -283,7 +283,8 @@ class Scheduler:
         spec = self.speculator
         try:
             drafts = spec.drafts(self.rows) if spec is not None else None
-            timer = CaptureFreeTimer(self.graphs)  # the cost model must not see graph captures
+            # The cost model must not see graph captures, and reads its own clock.
+            timer = CaptureFreeTimer(self.graphs, spec.clock if spec is not None else time.perf_counter)
             if spec is not None and drafts is not None:
                 emitted = spec.verify(self.rows, drafts, self._params())
                 width = 1 + max(len(d) for d in drafts)  # tokens per row in the forward, padding included

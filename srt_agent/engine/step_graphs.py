@@ -430,16 +430,18 @@ class CaptureFreeTimer:
 
     Args:
         graphs: The engine's static steps (``None``: no captures, a plain timer).
+        clock: The time source (a simulated one in tests of the cost model).
     """
 
-    def __init__(self, graphs: StepGraphs | None) -> None:
+    def __init__(self, graphs: StepGraphs | None, clock: Callable[[], float] = time.perf_counter) -> None:
         self._graphs = graphs
+        self._clock = clock
         self._captured = graphs.capture_seconds if graphs is not None else 0.0
-        self._start = time.perf_counter()
+        self._start = clock()
 
     def seconds(self) -> float:
         """Seconds since creation, less the capture time in between (never negative)."""
-        elapsed = time.perf_counter() - self._start
+        elapsed = self._clock() - self._start
         if self._graphs is not None:
             elapsed -= self._graphs.capture_seconds - self._captured
         return max(elapsed, 0.0)

@@ -145,6 +145,10 @@ class TorchEngine:
             (:mod:`srt_agent.engine.step_graphs`); the KV cache is then allocated at its full size
             up front. ``None``: on for a CUDA device, off on a CPU. ``True`` on a CPU runs the same
             static steps without capture (how the tests check that path).
+        cost_clock: The time source of what the speculation cost model measures (its prior's
+            forwards, draft lookups, decode and verify steps); default ``time.perf_counter``.
+            Tests pass a simulated clock so the model's choices do not depend on machine load;
+            the reported seconds (:meth:`spec_stats`) always use the real clock.
 
     Raises:
         CheckpointError: The directory is missing, not a supported causal LM, or inconsistent.
@@ -166,6 +170,7 @@ class TorchEngine:
         spec: SpecConfig | None = None,
         prefix_cache_bytes: int = 256 * 2**20,
         cuda_graphs: bool | None = None,
+        cost_clock: Callable[[], float] | None = None,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -214,7 +219,9 @@ class TorchEngine:
         )
         self._counters = SpecCounters()
         speculator = (
-            Speculator(self.model, cache, draft_source, self.spec, self._counters, self.graphs)
+            Speculator(
+                self.model, cache, draft_source, self.spec, self._counters, self.graphs, clock=cost_clock
+            )
             if draft_source is not None
             else None
         )

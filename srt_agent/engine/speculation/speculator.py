@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,13 +64,19 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_forwards(model: CausalLM, sizes: Sequence[int], repeats: int = 3) -> list[tuple[int, float]]:
+def time_forwards(
+    model: CausalLM,
+    sizes: Sequence[int],
+    repeats: int = 3,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[tuple[int, float]]:
     """Time forwards of ``n`` new tokens (one row, causal, full logits) on a scratch cache.
 
     Args:
         model: The model.
         sizes: Token counts to time.
         repeats: Timings per size; the fastest is kept (robust to a busy machine).
+        clock: The time source.
 
     Returns:
         ``(tokens, seconds)`` per size.
@@ -95,10 +101,10 @@ def time_forwards(model: CausalLM, sizes: Sequence[int], repeats: int = 3) -> li
         best = float("inf")
         for _ in range(repeats):
             sync(model.device)
-            start = time.perf_counter()
+            start = clock()
             model.forward(ids, positions, scratch, 0, positions, bias)
             sync(model.device)
-            best = min(best, time.perf_counter() - start)
+            best = min(best, clock() - start)
         points.append((n, best))
     return points
 
@@ -114,6 +120,8 @@ class Speculator:
         counters: Where metrics go.
         graphs: Static-shape steps (CUDA graphs) for verify forwards that fit them; ``None``:
             every verify forward runs eagerly.
+        clock: The time source of the cost model's measurements (``time.perf_counter``; see
+            :class:`~srt_agent.engine.torch_engine.TorchEngine`'s ``cost_clock``).
     """
 
     def __init__(
@@ -124,8 +132,10 @@ class Speculator:
         config: SpecConfig,
         counters: SpecCounters,
         graphs: StepGraphs | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.model = model
+        self.clock = clock or time.perf_counter
         self.graphs = graphs
         self.cache = cache
         self.source = source
@@ -180,10 +190,10 @@ class Speculator:
         budgets = self.cost.ask(caps, groups)
         if not any(budgets):
             return None
-        start = time.perf_counter()
+        start, clocked = time.perf_counter(), self.clock()
         drafts = self._draft_rows(rows, budgets)
         elapsed = time.perf_counter() - start
-        self.cost.observe_lookup(elapsed / sum(1 for k in budgets if k > 0))
+        self.cost.observe_lookup((self.clock() - clocked) / sum(1 for k in budgets if k > 0))
         chosen = self.cost.choose(drafts, groups)
         self.counters.add_time(draft=elapsed)
         self.counters.add(empty_drafts=sum(1 for k, d in zip(budgets, chosen, strict=True) if k and not d))
@@ -245,7 +255,7 @@ class Speculator:
     @torch.inference_mode()
     def _calibrate(self) -> list[tuple[int, float]]:
         sizes = sorted({min(n, self.config.max_batch_tokens) for n in _CALIBRATION_TOKENS})
-        points = time_forwards(self.model, sizes)
+        points = time_forwards(self.model, sizes, clock=self.clock)
         log.info("speculation cost model prior (tokens, seconds): %s", points)
         return points
 
