@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from srt_agent.records import write_record
+
 
 def mode_chain_gain(p_max: Sequence[float], max_draft: int) -> list[float]:
     """Per position of one turn, the expected tokens a mode-chain draft of ``max_draft`` accepts.
@@ -90,7 +92,7 @@ def main() -> None:
     for key, value in record.items():
         print(f"{key:28s} {value}")
     if args.json is not None:
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_record(args.json, record)
         print(f"wrote {args.json}")
 
 

@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from srt_agent.contracts.draft import DraftTree
+from srt_agent.records import write_record
 from srt_agent.rollout.trace import iter_trace
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
@@ -295,7 +295,7 @@ def main() -> None:
                 )
             record.update({f"{mode}_{env}_{k}": v for k, v in fig.items()})
     if args.json is not None:
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_record(args.json, record)
         print(f"wrote {args.json}")
 
 

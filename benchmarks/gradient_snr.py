@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 import torch
 
 from srt_agent.config import load_config
+from srt_agent.records import write_record
 from srt_agent.train.tasks import step_episodes
 from srt_agent.train.trainer import Trainer, trainable_episodes
 
@@ -116,7 +116,7 @@ def main() -> None:
         print(f"| {name} | {figures} |")
         result.update({f"{name}_{k}": v for k, v in s.items()})
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_record(args.json, result)
         print(f"wrote {args.json}")
 
 

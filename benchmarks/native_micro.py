@@ -26,6 +26,7 @@ from srt_agent.engine.speculation.budget import CostModel, _depth_sums
 from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.speculator import _walk_drawn
 from srt_agent.engine.step_graphs import StepGraphs
+from srt_agent.records import write_record
 
 
 class _Buffers:
@@ -118,8 +119,7 @@ def main() -> None:
         )
     print(json.dumps(record, sort_keys=True))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
+        write_record(args.json, record)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ JSON keys (``--json``, one flat object): ``{config}_{figure}`` for figures ``wal
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from srt_agent.chat_format import ChatFormat
 from srt_agent.distributed.config import RayConfig
 from srt_agent.paths import resolve_model_dir
+from srt_agent.records import write_record
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import build_runtime
@@ -115,7 +115,7 @@ def main() -> None:
     for key, value in record.items():
         print(f"{key:24} {value}")
     if args.json is not None:
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_record(args.json, record)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ slots served), ``native_speedup`` (Python µs / native µs) and the settings.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from pathlib import Path
 
 from srt_agent.integrations.sglang.corpus import TreeCacheCorpus
+from srt_agent.records import write_record
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 
@@ -97,7 +97,7 @@ def main() -> None:
         record.update(
             requests=args.requests, draft_tokens=args.draft_tokens, steps=args.steps, backends=args.backends
         )
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_record(args.json, record)
         print(f"wrote {args.json}")
 
 

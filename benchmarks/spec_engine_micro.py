@@ -49,6 +49,7 @@ from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.checkpoint import read_config
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.records import write_record
 
 
 class _Replay(StaticDraftSource):
@@ -346,8 +347,7 @@ def main() -> None:
             print("".join(f"{c:>11}" for c in cells))
     print(json.dumps(record, sort_keys=True))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
+        write_record(args.json, record)
 
 
 if __name__ == "__main__":

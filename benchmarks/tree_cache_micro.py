@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
+from srt_agent.records import write_record
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 Groups = list[tuple[str, str, list[list[int]]]]
@@ -321,7 +321,7 @@ def main() -> None:
             reps=args.reps,
             backends=args.backends,
         )
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_record(args.json, record)
         print(f"wrote {args.json}")
 
 

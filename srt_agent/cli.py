@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,7 +15,7 @@ from srt_agent.demo import oracle_table
 from srt_agent.env import EnvConfigError, MultiTurnEnv
 from srt_agent.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
 from srt_agent.play import play as play_episode
-from srt_agent.records import build_record
+from srt_agent.records import build_record, write_record
 from srt_agent.registration import UnknownEnvError, check_env_id, make, registered_envs
 
 if TYPE_CHECKING:
@@ -64,8 +63,7 @@ def _make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
 
 def _write_json(path: Path | None, record: dict[str, Any]) -> None:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_record(path, record)
         console.print(f"[dim]wrote {path}[/dim]")
 
 

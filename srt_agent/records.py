@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-__all__ = ["build_record", "flatten"]
+__all__ = ["build_record", "flatten", "write_record"]
+
+
+def write_record(path: str | Path, record: dict[str, Any]) -> None:
+    """Write ``record`` as every ``--json`` option does: keys sorted, indented, folder made if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:

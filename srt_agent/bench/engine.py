@@ -14,7 +14,6 @@ End-to-end throughput (``batch * new_tokens / t_full``) is reported too.
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -29,6 +28,7 @@ from srt_agent.console import make_console
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
 from srt_agent.engine.checkpoint import read_state_dict
 from srt_agent.engine.torch_engine import TorchEngine, default_dtype
+from srt_agent.records import write_record
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -258,6 +258,5 @@ def bench_engine(
     record = run_engine_bench(model, num_threads=num_threads, **options)
     print_bench_table(record)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_record(json_path, record)
     return record

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +16,7 @@ from srt_agent.bench.rollout import (
     totals,
 )
 from srt_agent.console import make_console
+from srt_agent.records import write_record
 
 
 def _ratio(reference: float, value: float) -> float:
@@ -266,12 +266,6 @@ def write_plot(results: Sequence[RoundResult], path: Path) -> str:
     return f"wrote {path}"
 
 
-def write_json(record: dict[str, Any], path: Path) -> None:
-    """Write the headline object (sorted keys, indented)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-
-
 def bench_rollout(
     config: RolloutBenchConfig,
     *,
@@ -322,6 +316,6 @@ def bench_rollout(
     if plot_path is not None:
         out.print(write_plot(results, plot_path))
     if json_path is not None:
-        write_json(record, json_path)
+        write_record(json_path, record)
         out.print(f"wrote {json_path}")
     return record

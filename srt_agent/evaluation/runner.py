@@ -9,7 +9,6 @@ is reproducible with an engine that honours per-request seeds.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from srt_agent.distributed.config import RayConfig
 from srt_agent.env import EnvConfigError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.paths import OutputPathError, check_output_file
+from srt_agent.records import write_record
 from srt_agent.registration import UnknownEnvError, make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
@@ -265,10 +265,8 @@ def eval_command(
     if trace_path is not None:
         out.print(f"[dim]wrote {trace_path}[/dim]")
     if json_path is not None:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report.flat(), indent=2, sort_keys=True) + "\n")
-        out.print(f"[dim]wrote {path}[/dim]")
+        write_record(json_path, report.flat())
+        out.print(f"[dim]wrote {json_path}[/dim]")
     if report.failed:
         out.print(f"[red]{report.failed} episode(s) failed[/red]; see the log for the errors")
         return 1

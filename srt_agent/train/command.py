@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -14,6 +12,7 @@ from rich.text import Text
 from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.console import make_console
 from srt_agent.paths import OutputPathError, check_output_dir, check_output_file
+from srt_agent.records import write_record
 from srt_agent.registration import UnknownEnvError, check_env_id
 from srt_agent.train.checkpoint import latest_checkpoint
 from srt_agent.train.progress import TrainProgress
@@ -58,11 +57,6 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
     except BuildDirError as exc:
         raise TrainError(f"model.dir: {exc}") from None
     return time.perf_counter() - t0
-
-
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def train_command(
@@ -136,12 +130,12 @@ def train_command(
         plot_run(records, out_dir / PLOTS_DIR)
     except ImportError:
         out.print("[yellow]plots skipped: matplotlib is not installed (pip install matplotlib)[/yellow]")
-    _write_json(out_dir / SUMMARY_FILE, summary)
+    write_record(out_dir / SUMMARY_FILE, summary)
     out.print(summary_table(summary))
     out.print(
         f"[dim]wrote {out_dir / SUMMARY_FILE}, {out_dir / PLOTS_DIR}/, {out_dir / 'metrics.jsonl'}[/dim]"
     )
     if json_path is not None:
-        _write_json(Path(json_path), summary)
+        write_record(Path(json_path), summary)
         out.print(f"[dim]wrote {json_path}[/dim]")
     return 0
