@@ -5,6 +5,7 @@ on ``import srt_agent.envs`` (or on the first :func:`make`).
 """
 
 from srt_agent.env import EnvConfig, EnvConfigError, MultiTurnEnv, Transition, async_step, oracle_policy
+from srt_agent.errors import SrtAgentError
 from srt_agent.messages import Message
 from srt_agent.policy import EpisodeResult, Policy, run_episode
 from srt_agent.registration import UnknownEnvError, make, register_env, registered_envs
@@ -22,6 +23,7 @@ __all__ = [
     "MultiTurnEnv",
     "ParsedTurn",
     "Policy",
+    "SrtAgentError",
     "Tool",
     "ToolCall",
     "ToolResult",

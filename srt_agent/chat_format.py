@@ -23,13 +23,14 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.messages import Message, assistant
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>")
 """Tokens that end an assistant turn in common templates (ChatML/Qwen, Llama 3, Phi)."""
 
 
-class TemplateContinuityError(ValueError):
+class TemplateContinuityError(SrtAgentError, ValueError):
     """The chat template rewrote earlier text when a turn was appended (it is not append-only)."""
 
 

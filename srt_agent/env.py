@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.messages import Message, assistant, format_transcript
 from srt_agent.spaces import AnyText, MessagesSpace
 from srt_agent.tool_parser import MalformedCall, ParsedTurn, parse_tool_calls
@@ -55,7 +56,7 @@ class EnvConfig(BaseModel):
     )
 
 
-class EnvConfigError(ValueError):
+class EnvConfigError(SrtAgentError, ValueError):
     """Bad options were passed to an env's constructor (e.g. via ``gymnasium.make``)."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from srt_agent.errors import SrtAgentError
+
 
 def default_model_dir() -> Path:
     """Where ``srt-agent build-model`` writes the embedded model and other commands look for it.
@@ -15,7 +17,7 @@ def default_model_dir() -> Path:
     return Path(os.environ.get("SRT_AGENT_MODEL", "runs/embedded-model"))
 
 
-class OutputPathError(ValueError):
+class OutputPathError(SrtAgentError, ValueError):
     """An output path cannot be written (the message names it and what is wrong)."""
 
 

@@ -15,11 +15,12 @@ from typing import Any
 import gymnasium as gym
 
 from srt_agent.env import MultiTurnEnv
+from srt_agent.errors import SrtAgentError
 
 _REGISTERED: dict[str, str] = {}
 
 
-class UnknownEnvError(gym.error.Error, KeyError):
+class UnknownEnvError(SrtAgentError, gym.error.Error, KeyError):
     """No env is registered under the requested id."""
 
     def __str__(self) -> str:

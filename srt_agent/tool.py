@@ -20,10 +20,12 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from srt_agent.errors import SrtAgentError
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 
 
-class ToolArgumentsError(ValueError):
+class ToolArgumentsError(SrtAgentError, ValueError):
     """A tool call's arguments do not match the tool's signature."""
 
 

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.tool import tool
 
 MAX_EXPRESSION_CHARS = 500
@@ -30,7 +31,7 @@ _BINOPS: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
 }
 
 
-class CalculatorError(ValueError):
+class CalculatorError(SrtAgentError, ValueError):
     """The expression is not allowed or cannot be evaluated."""
 
 

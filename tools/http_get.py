@@ -24,6 +24,7 @@ import socket
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.tool import Tool, tool
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -31,11 +32,11 @@ _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/java
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class FetchRefused(ValueError):
+class FetchRefused(SrtAgentError, ValueError):
     """The URL (or a redirect target) is not allowed; nothing was sent to it."""
 
 
-class FetchFailed(RuntimeError):
+class FetchFailed(SrtAgentError, RuntimeError):
     """The request was allowed but did not complete (timeout, connection error, too many redirects)."""
 
 

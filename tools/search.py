@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import bm25s
 from pydantic import BaseModel, ConfigDict, Field
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.tool import Tool, tool
 
 TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -26,7 +27,7 @@ SNIPPET_CHARS = 200
 NO_RESULTS = "No results."
 
 
-class SearchError(ValueError):
+class SearchError(SrtAgentError, ValueError):
     """A search request that cannot be answered (e.g. an empty query)."""
 
 

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from srt_agent.envs.retail.db import Database, Order, Payment, PaymentMethod, User, money
+from srt_agent.errors import SrtAgentError
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
 
-class RetailError(ValueError):
+class RetailError(SrtAgentError, ValueError):
     """A request broke a store rule; the message tells the agent which and why."""
 
 

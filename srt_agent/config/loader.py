@@ -22,11 +22,12 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from srt_agent.config.run import RunConfig
+from srt_agent.errors import SrtAgentError
 
 PathLike = str | Path
 
 
-class ConfigError(ValueError):
+class ConfigError(SrtAgentError, ValueError):
     """A run config could not be read or is invalid.
 
     Attributes:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from srt_agent.contracts.draft import StreamKind
 from srt_agent.contracts.speculation import SpecStats
+from srt_agent.errors import SrtAgentError
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +31,7 @@ admitted after live ones and preempted when live ones need their rows. The value
 :data:`srt_agent.contracts.draft.StreamKind`, the kind the engine reports to the draft source."""
 
 
-class PromptTooLongError(ValueError):
+class PromptTooLongError(SrtAgentError, ValueError):
     """The prompt leaves no room to generate within the model's context."""
 
 

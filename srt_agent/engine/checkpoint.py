@@ -15,11 +15,13 @@ from typing import Any
 
 import torch
 
+from srt_agent.errors import SrtAgentError
+
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(SrtAgentError, ValueError):
     """The checkpoint directory cannot be loaded by the engine (message names the problem and fix)."""
 
 

@@ -23,6 +23,7 @@ from srt_agent.contracts.generation import Engine
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.config import RayConfig
 from srt_agent.env import EnvConfigError
+from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.paths import OutputPathError, check_output_file
 from srt_agent.records import write_record
@@ -40,7 +41,7 @@ EVAL_SEED_END = 10_000_000
 model builder's demonstration seeds start."""
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(SrtAgentError, RuntimeError):
     """The model directory could not be loaded into an engine and chat format."""
 
 

@@ -36,6 +36,7 @@ import srt_agent
 from srt_agent.chat_format import ChatFormat
 from srt_agent.console import make_console
 from srt_agent.devices import resolve_device
+from srt_agent.errors import SrtAgentError
 from srt_agent.model.demos import DemoSource, check_sources, demo_texts
 from srt_agent.model.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
 from srt_agent.model.sft import Example, SFTConfig, train
@@ -64,7 +65,7 @@ TOOL_CHOICE_DEMOS: tuple[DemoSource, ...] = (
 """The ``tool-choice`` build's demonstrations: the default ones plus tool-free Calculator solutions."""
 
 
-class BuildDirError(FileExistsError):
+class BuildDirError(SrtAgentError, FileExistsError):
     """The output directory holds something other than a previous model build."""
 
 

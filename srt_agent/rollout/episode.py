@@ -22,6 +22,7 @@ from srt_agent.chat_format import ChatFormat, TemplateContinuityError, TokenTran
 from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
 from srt_agent.env import async_step
+from srt_agent.errors import SrtAgentError
 from srt_agent.faults import FAULTS, describe_fault
 from srt_agent.messages import Message
 from srt_agent.registration import make
@@ -40,7 +41,7 @@ class _EpisodeEnd(Exception):
         self.reason = reason
 
 
-class EnvContractError(TypeError):
+class EnvContractError(SrtAgentError, TypeError):
     """An env returned something the multi-turn env contract does not allow (the message says what)."""
 
 

@@ -25,11 +25,12 @@ from typing import Any, Protocol
 
 from srt_agent.contracts.generation import FinishReason
 from srt_agent.contracts.trajectory import Status, Trajectory
+from srt_agent.errors import SrtAgentError
 
 TRACE_SCHEMA = "srt-trace/1"
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(SrtAgentError, ValueError):
     """A trace line is not valid ``srt-trace/1``."""
 
 

@@ -31,6 +31,7 @@ import httpx
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.contracts.speculation import SpecStats
+from srt_agent.errors import SrtAgentError
 from srt_agent.serving.wire import WireError, output_from_wire, request_to_wire
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ T = TypeVar("T")
 _RETRY_STATUS = frozenset({502, 503, 504})
 
 
-class EngineConnectionError(RuntimeError):
+class EngineConnectionError(SrtAgentError, RuntimeError):
     """The server could not be reached, or kept failing, after the retries."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from srt_agent.contracts.draft import StreamKind
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest, SamplingParams
+from srt_agent.errors import SrtAgentError
 
 __all__ = [
     "RUNAHEAD_PRIORITY",
@@ -37,7 +38,7 @@ first by default, and live requests carry none (0); srt-agent's own server admit
 ones and preempts them for live ones."""
 
 
-class WireError(ValueError):
+class WireError(SrtAgentError, ValueError):
     """A request or response does not have the shape of SGLang's native API."""
 
 

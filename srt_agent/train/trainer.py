@@ -35,6 +35,7 @@ from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
+from srt_agent.errors import SrtAgentError
 from srt_agent.train.checkpoint import (
     Checkpoint,
     clean_partial,
@@ -59,7 +60,7 @@ log = logging.getLogger("srt_agent.train")
 CONFIG_FILE = "config.yaml"
 
 
-class TrainError(RuntimeError):
+class TrainError(SrtAgentError, RuntimeError):
     """A run cannot start as configured; the message names the problem and the fix."""
 
 

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.tree_cache.prefix_tree import SENTINEL, Node, children
 
 FORMAT_VERSION = "srt-tree-cache/1"
 _ARRAYS = ("parents", "tokens", "counts", "ends", "live", "ticks")
 
 
-class CacheFileError(ValueError):
+class CacheFileError(SrtAgentError, ValueError):
     """A file is not a readable tree cache save of a format this version understands."""
 
 

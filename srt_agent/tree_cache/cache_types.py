@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from srt_agent.contracts.draft import DraftSource
+from srt_agent.errors import SrtAgentError
 
 STATE_BYTES = 480
 """A state: its object, root node, key string, LRU entry and stream table."""
@@ -129,5 +130,5 @@ COUNTERS = (
 )
 
 
-class CacheIntegrityError(RuntimeError):
+class CacheIntegrityError(SrtAgentError, RuntimeError):
     """The cache's structures disagree with each other (a bug); the message lists what."""
