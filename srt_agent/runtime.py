@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from srt_agent.distributed.engine import RayEngine
     from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.engine.sequence import Detokenizer
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.serving.client import SGLangEngine
 
@@ -148,6 +149,7 @@ def build_runtime(
         spec=spec,
         dtype=dtype,
         cuda_graphs=cuda_graphs,
+        tokenizer=fmt.tokenizer,  # the chat format's: loaded once per run
     )
     scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
     return Runtime(local, fmt, draft_source, scheduler)
@@ -164,8 +166,13 @@ def build_engine(
     num_threads: int | None = None,
     dtype: torch.dtype | None = None,
     cuda_graphs: bool | None = None,
+    tokenizer: Detokenizer | None = None,
 ) -> TorchEngine:
-    """The in-process engine alone (without a scheduler); see :func:`build_runtime`."""
+    """The in-process engine alone (without a scheduler); see :func:`build_runtime`.
+
+    ``tokenizer``: for stop strings (default: loaded from ``model_dir``; a run passes its chat
+    format's, so the tokenizer is loaded once).
+    """
     from srt_agent.engine.torch_engine import TorchEngine  # torch: only when an engine is built
 
     return TorchEngine(
@@ -178,6 +185,7 @@ def build_engine(
         spec=spec,
         dtype=dtype,
         cuda_graphs=cuda_graphs,
+        tokenizer=tokenizer,
     )
 
 

@@ -105,11 +105,6 @@ class RetailEnv(MultiTurnEnv):
         """The current episode's live database."""
         return self._live().db
 
-    @property
-    def goal_db(self) -> Database:
-        """The database state that earns the reward."""
-        return self._require_task()[1]
-
     # ---------------------------------------------------------------- MultiTurnEnv hooks
     def build_tools(self) -> ToolSet:
         """The retail tools, bound to whichever episode is current."""

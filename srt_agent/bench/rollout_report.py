@@ -235,15 +235,13 @@ def write_plot(results: Sequence[RoundResult], path: Path) -> str:
     """Wall-clock per round per configuration and SRT's tokens per forward, as a PNG.
 
     Returns:
-        A line for the terminal: where the plot went, or why there is none (matplotlib missing).
+        A line for the terminal: where the plot went.
     """
-    try:
-        import matplotlib
+    import matplotlib  # a dependency of the package; imported here, only when a plot is drawn
 
-        matplotlib.use("Agg")  # no display needed
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return f"no plot written to {path}: matplotlib is not installed (pip install 'srt-agent[bench]')"
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for c in CONFIGS:
         rows = [r for r in results if r.config == c]
@@ -286,7 +284,7 @@ def bench_rollout(
     Args:
         config: What to run.
         json_path: Write :func:`headline` here.
-        plot_path: Write the PNG plot here (skipped with a message if matplotlib is missing).
+        plot_path: Write the PNG plot here.
         console: A rich console to print to (default: stdout).
 
     Returns:

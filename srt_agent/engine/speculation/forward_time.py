@@ -39,11 +39,6 @@ class ForwardTime:
         self._coef = None
 
     @property
-    def has_prior(self) -> bool:
-        """Whether a prior has been set."""
-        return self._prior is not None
-
-    @property
     def observed(self) -> bool:
         """Whether any forward was observed."""
         return self._obs[0] > 0.0
