@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from srt_agent.chat_format import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
@@ -31,6 +31,8 @@ from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics
 from srt_agent.rollout.runahead import RunAhead
+
+T = TypeVar("T")
 
 logger = logging.getLogger("srt_agent.rollout")
 
@@ -294,15 +296,21 @@ def rollout_sync(scheduler: RolloutScheduler, episodes: Sequence[EpisodeSpec]) -
     Returns:
         The trajectories, in input order, and the batch's metrics.
     """
+    return run_with_env_threads(scheduler.rollout(episodes), scheduler.config.max_concurrent)
 
-    async def main() -> RolloutBatch:
-        # Env make/reset/step run in the loop's default thread pool, which asyncio sizes by CPU
-        # count (6 threads on 2 cores); an env blocked on I/O in a worker thread would then hold
-        # up the other episodes' steps. We own this loop, so give it one thread per episode slot.
-        workers = min(scheduler.config.max_concurrent, 64)
+
+def run_with_env_threads(work: Coroutine[Any, Any, T], max_concurrent: int) -> T:
+    """Run a rollout coroutine on a fresh event loop with one env thread per episode slot.
+
+    Env make/reset/step run in the loop's default thread pool, which asyncio sizes by CPU count
+    (6 threads on 2 cores); an env blocked on I/O in a worker thread would then hold up the other
+    episodes' steps. The loop is ours, so it gets one thread per episode slot (at most 64).
+    """
+
+    async def main() -> T:
         asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="srt-env")
+            ThreadPoolExecutor(max_workers=min(max_concurrent, 64), thread_name_prefix="srt-env")
         )
-        return await scheduler.rollout(episodes)
+        return await work
 
     return asyncio.run(main())

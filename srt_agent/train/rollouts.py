@@ -13,11 +13,9 @@ wait on tools.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeSpec
-from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
+from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, run_with_env_threads
 from srt_agent.runtime import Runtime, build_runtime
 from srt_agent.tree_cache import TreeCache
 
@@ -121,7 +119,9 @@ class Rollouts:
         self.scheduler.progress = progress
         ahead = announce if self.cfg.spec.run_ahead.enabled else ()
         t0 = time.perf_counter()
-        trajectories = _run(self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent)
+        trajectories = run_with_env_threads(
+            self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent
+        )
         seconds = time.perf_counter() - t0
         extra = _scheduler_figures(self.scheduler)
         return StepRollout(trajectories, seconds, self.engine.spec_stats(reset=True), extra)
@@ -136,7 +136,7 @@ class Rollouts:
         self._baseline_stale = False
         base.scheduler.progress = progress
         t0 = time.perf_counter()
-        trajectories = _run(base.scheduler.run(specs), self.cfg.rollout.max_concurrent)
+        trajectories = run_with_env_threads(base.scheduler.run(specs), self.cfg.rollout.max_concurrent)
         seconds = time.perf_counter() - t0
         return StepRollout(trajectories, seconds, base.engine.spec_stats(reset=True))
 
@@ -180,23 +180,6 @@ class Rollouts:
         self.runtime.close()
         if self._baseline is not None:
             self._baseline.close()
-
-
-def _run(coro: object, max_concurrent: int) -> list[Trajectory]:
-    """Run a rollout coroutine on a fresh event loop with one env thread per episode slot.
-
-    As :func:`srt_agent.rollout.run_rollouts` does: asyncio's default pool is sized by CPU count,
-    and an env blocked in a worker thread would hold up the other episodes' steps.
-    """
-
-    async def main() -> list[Trajectory]:
-        asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=min(max_concurrent, 64), thread_name_prefix="srt-env")
-        )
-        result: list[Trajectory] = await coro  # type: ignore[misc]
-        return result
-
-    return asyncio.run(main())
 
 
 _SCHEDULER_KEYS = ("runahead_", "hit_rate_", "tool_wait_s", "idle_s", "generation_s")
