@@ -141,11 +141,11 @@ def replay(
     config: TreeCacheConfig,
     budget: int,
     mode: str,
-    modes: list[list[int]] | None = None,
+    policy: list[list[int]] | None = None,
 ) -> dict[str, Counter[str]]:
     """Replay ``(env, state key, task id, tokens)`` turns; per env (and ``all``) the raw counts.
 
-    ``modes``: the policy's mode at each generated token (:func:`policy_modes`), to count the
+    ``policy``: the policy's mode at each generated token (:func:`policy_modes`), to count the
     mode-signal bounds (see the module's doc).
     """
     cache = TreeCache(config)
@@ -170,8 +170,8 @@ def replay(
             emitted = tokens[pos : pos + n + 1]
             stop = pos + n  # where the draft failed (or ran out): a node's stored mode could go on
             mode_hit = (
-                modes is not None and bool(draft) and n < k and stop + 1 < len(tokens)
-                and modes[i][stop] == tokens[stop]
+                policy is not None and bool(draft) and n < k and stop + 1 < len(tokens)
+                and policy[i][stop] == tokens[stop]
             )  # fmt: skip
             if mode == "cursor":
                 cache.extend_many([StreamUpdate(sid, key, task, emitted)])
@@ -182,9 +182,9 @@ def replay(
                 s, t = stats[scope], timing[scope]
                 s["forwards"] += 1
                 s["tokens"] += len(emitted)
-                if modes is not None:
+                if policy is not None:
                     s["mode_agree"] += sum(
-                        m == t for m, t in zip(modes[i][pos : stop + 1], emitted, strict=False)
+                        m == t for m, t in zip(policy[i][pos : stop + 1], emitted, strict=False)
                     )
                     s["mode_displacing"] += mode_hit
                     s["mode_within_budget"] += mode_hit and len(draft.token_ids) < k

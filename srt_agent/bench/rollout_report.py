@@ -23,6 +23,11 @@ def _ratio(reference: float, value: float) -> float:
     return round(reference / value, 3) if value > 0 else 0.0
 
 
+def _ceiling(wall: float, decode: float) -> float:
+    """The most a speedup of decode steps alone can give: ``wall`` with ``decode`` of it made free."""
+    return round(wall / (wall - decode), 3) if 0 <= decode < wall else 0.0
+
+
 def _seconds_per_token(total: dict[str, float]) -> float:
     return total["wall_s"] / total["tokens"] if total["tokens"] else 0.0
 
@@ -147,8 +152,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             # Per env from off's own split (graph capture counted as decode time: an upper bound).
             steps = [r.metrics.spec for r in per if r.config == "off"]
             decode = sum(x.forward_seconds + x.verify_seconds for x in steps)
-            ceiling = o / (o - decode) if 0 <= decode < o else 0.0
-            out[f"srt_speedup_ceiling_{_env_key(env)}"] = round(ceiling, 3)
+            out[f"srt_speedup_ceiling_{_env_key(env)}"] = _ceiling(o, decode)
     if "srt" in tot:
         out["srt_throughput_ratio"] = _ratio(_seconds_per_token(off), _seconds_per_token(tot["srt"]))
     if "eager" in tot:
@@ -197,9 +201,9 @@ def limits(record: dict[str, Any]) -> dict[str, float]:
         return out
     capture = record.get("off_graph_capture_s", 0.0)
     step_capture = capture - record.get("off_prefill_capture_s", 0.0)  # inside forward_s
-    share = max(0.0, forward - step_capture) / wall
-    out["decode_share"] = round(share, 4)
-    out["srt_speedup_ceiling"] = round(1.0 / (1.0 - share), 3) if share < 1.0 else 0.0
+    decode = max(0.0, forward - step_capture)
+    out["decode_share"] = round(decode / wall, 4)
+    out["srt_speedup_ceiling"] = _ceiling(wall, decode)
     srt_wall = record.get("srt_wall_s")
     if srt_wall:
         srt_capture = record.get("srt_graph_capture_s", 0.0)

@@ -136,6 +136,6 @@ def train_command(
         f"[dim]wrote {out_dir / SUMMARY_FILE}, {out_dir / PLOTS_DIR}/, {out_dir / 'metrics.jsonl'}[/dim]"
     )
     if json_path is not None:
-        write_record(Path(json_path), summary)
+        write_record(json_path, summary)
         out.print(f"[dim]wrote {json_path}[/dim]")
     return 0
