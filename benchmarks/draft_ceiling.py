@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 
 
 def mode_chain_gain(p_max: Sequence[float], max_draft: int) -> list[float]:

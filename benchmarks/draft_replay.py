@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from srt_agent.contracts.draft import DraftTree
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 from srt_agent.rollout.trace import iter_trace
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 

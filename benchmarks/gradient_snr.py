@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from srt_agent.config import load_config
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 from srt_agent.train.tasks import step_episodes
 from srt_agent.train.trainer import Trainer, trainable_episodes
 

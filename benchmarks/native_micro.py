@@ -23,10 +23,10 @@ from collections.abc import Callable
 from srt_agent import native
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.engine.speculation.budget import CostModel, _depth_sums
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.speculation.speculator import _walk_drawn
 from srt_agent.engine.step_graphs import StepGraphs
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 
 
 class _Buffers:

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srt_agent.chat_format import ChatFormat
-from srt_agent.distributed.config import RayConfig
-from srt_agent.paths import resolve_model_dir
-from srt_agent.records import write_record
+from srt_agent.chat.template import ChatFormat
+from srt_agent.distributed.ray_config import RayConfig
+from srt_agent.output.paths import resolve_model_dir
+from srt_agent.output.records import write_record
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import build_runtime

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from srt_agent.integrations.sglang.corpus import TreeCacheCorpus
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 

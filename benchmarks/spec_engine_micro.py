@@ -1,6 +1,6 @@
 """Micro-benchmark of speculative decoding in ``TorchEngine``: tokens per forward and decode tok/s.
 
-On a random Llama shaped like the embedded model (:data:`srt_agent.bench.random_model.EMBEDDED_LIKE`),
+On a random Llama shaped like the embedded model (:data:`srt_agent.speed.random_model.EMBEDDED_LIKE`),
 three systems generate the same seeded requests:
 
 * ``off``: no draft source (plain decoding);
@@ -44,12 +44,12 @@ from dataclasses import dataclass
 
 import torch
 
-from srt_agent.bench.random_model import EMBEDDED_LIKE, save_random_model
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree, StaticDraftSource
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
-from srt_agent.engine.checkpoint import read_config
+from srt_agent.engine.hf_checkpoint import read_config
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
+from srt_agent.speed.random_model import EMBEDDED_LIKE, save_random_model
 
 
 class _Replay(StaticDraftSource):

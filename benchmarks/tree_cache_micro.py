@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
-from srt_agent.records import write_record
+from srt_agent.output.records import write_record
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 Groups = list[tuple[str, str, list[list[int]]]]

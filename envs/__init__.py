@@ -3,7 +3,7 @@
 Installed as ``srt_agent.envs`` (the folder is ``envs/`` at the repository top level).
 """
 
-from srt_agent.registration import register_env
+from srt_agent.env.registration import register_env
 
 register_env("srt/Calculator-v0", "srt_agent.envs.calculator:CalculatorEnv")
 register_env("srt/Retail-v0", "srt_agent.envs.retail.env:RetailEnv")

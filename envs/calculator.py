@@ -34,14 +34,14 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from srt_agent.env import EnvConfig, MultiTurnEnv, Transition
+from srt_agent.chat.messages import Message, system, user
+from srt_agent.env.episode_loop import Policy
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
 from srt_agent.envs.calculator_problems import Problem, cap, pick, with_unit
-from srt_agent.messages import Message, system, user
-from srt_agent.policy import Policy
-from srt_agent.tool_parser import ParsedTurn, format_tool_call
+from srt_agent.tool.parser import ParsedTurn, format_tool_call
+from srt_agent.tool.toolset import ToolResult, ToolSet
 from srt_agent.tools.calculator import calculator
-from srt_agent.toolset import ToolResult, ToolSet
 
 REL_TOL = 1e-6
 

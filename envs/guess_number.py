@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from srt_agent.env import EnvConfig, MultiTurnEnv, Transition
-from srt_agent.messages import Message, system, user
-from srt_agent.policy import Policy
+from srt_agent.chat.messages import Message, system, user
+from srt_agent.env.episode_loop import Policy
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 
 MIN_REWARD = 0.1
 

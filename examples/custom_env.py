@@ -8,7 +8,7 @@ from typing import Any
 
 import srt_agent
 from srt_agent import Message, MultiTurnEnv, ToolSet, Transition, tool
-from srt_agent.messages import format_transcript, system, user
+from srt_agent.chat.messages import format_transcript, system, user
 
 RATES = {"kilometer": 1000.0, "mile": 1609.344, "yard": 0.9144}
 
@@ -46,7 +46,7 @@ class ConvertEnv(MultiTurnEnv):
 srt_agent.register_env("example/Convert-v0", ConvertEnv, max_turns=4)
 
 if __name__ == "__main__":
-    from srt_agent.testing import ScriptedPolicy, check_multiturn_env
+    from srt_agent.env.testing import ScriptedPolicy, check_multiturn_env
 
     env = srt_agent.make("example/Convert-v0")
     check_multiturn_env(env)  # gymnasium's check_env plus the multi-turn contract

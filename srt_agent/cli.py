@@ -10,13 +10,13 @@ import typer
 from rich.table import Table
 
 from srt_agent import __version__
-from srt_agent.console import make_console
-from srt_agent.demo import oracle_table
-from srt_agent.env import EnvConfigError, MultiTurnEnv
-from srt_agent.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
-from srt_agent.play import play as play_episode
-from srt_agent.records import build_record, write_record
-from srt_agent.registration import UnknownEnvError, check_env_id, make, registered_envs
+from srt_agent.env.demo import oracle_table
+from srt_agent.env.multi_turn import EnvConfigError, MultiTurnEnv
+from srt_agent.env.play import play as play_episode
+from srt_agent.env.registration import UnknownEnvError, check_env_id, make, registered_envs
+from srt_agent.output.console import make_console
+from srt_agent.output.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
+from srt_agent.output.records import build_record, write_record
 
 if TYPE_CHECKING:
     from srt_agent.config.sections import SpecSection
@@ -156,7 +156,7 @@ def _check_outputs(*outputs: tuple[Path | None, str]) -> None:
 
 
 def _model_dir(model: Path | None) -> Path:
-    """The model to use (see :func:`srt_agent.paths.resolve_model_dir`), or a clean exit saying why."""
+    """The model to use (see :func:`srt_agent.output.paths.resolve_model_dir`), or a clean exit saying why."""
     try:
         path, note = resolve_model_dir(model)
     except FileNotFoundError as exc:
@@ -199,7 +199,7 @@ def build_model_cmd(
     """Build a model (the embedded one, or a preset): tokenizer, small Llama, SFT on demonstrations."""
     from dataclasses import replace
 
-    from srt_agent.model.build import BuildDirError, build_model, preset_config
+    from srt_agent.recipe.build import BuildDirError, build_model, preset_config
 
     target = out or default_model_dir()
     _check_outputs((json_path, "--json"))
@@ -252,7 +252,7 @@ def eval_cmd(
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
-    from srt_agent.serving.config import EngineConfig
+    from srt_agent.serving.engine_config import EngineConfig
 
     try:
         check_env_id(env)  # before the model loads: a typo should not take seconds to report
@@ -269,7 +269,7 @@ def eval_cmd(
         "spec_options": _spec_options(config),
     }
     if replicas:
-        from srt_agent.distributed.config import RayConfig
+        from srt_agent.distributed.ray_config import RayConfig
 
         options["ray"] = RayConfig(replicas=replicas)
     if max_turns is not None:
@@ -382,7 +382,7 @@ def openrlhf_data_cmd(
     first_seed: Annotated[int, typer.Option(min=0, help="Env seed of the first task.")] = 1_000_000,
 ) -> None:
     """Write OpenRLHF's prompt dataset for an srt env (one line per task; see examples/openrlhf)."""
-    from srt_agent.integrations.openrlhf.episode import write_prompts
+    from srt_agent.integrations.openrlhf.samples import write_prompts
 
     try:
         check_env_id(env)
@@ -413,8 +413,8 @@ def bench_engine_cmd(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
 ) -> None:
     """Decode tokens/s of TorchEngine vs HF generate() (and, on a GPU, vs itself without CUDA graphs)."""
-    from srt_agent.bench.engine import bench_engine
-    from srt_agent.bench.random_model import SHAPES
+    from srt_agent.speed.engine_speed import bench_engine
+    from srt_agent.speed.random_model import SHAPES
 
     if shape is not None and shape not in SHAPES:
         raise _report_error(ValueError(f"unknown --shape {shape!r}; choose from {', '.join(SHAPES)}"))
@@ -483,8 +483,8 @@ def bench_rollout_cmd(
     ),
 ) -> None:
     """Multi-round rollouts with SRT off/on, without run-ahead, random drafts, HF peers, slow tools."""
-    from srt_agent.bench.rollout import CONFIGS, RolloutBenchConfig
-    from srt_agent.bench.rollout_report import bench_rollout
+    from srt_agent.speed.rollout_report import bench_rollout
+    from srt_agent.speed.rollout_speed import CONFIGS, RolloutBenchConfig
 
     model_dir = _model_dir(model)
     options = _spec_options(config)

@@ -15,21 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.template import ChatFormat
 from srt_agent.contracts.draft import DraftSourceProtocol
-from srt_agent.distributed.config import RayConfig
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.distributed.ray_config import RayConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
-from srt_agent.serving.config import EngineConfig
+from srt_agent.serving.engine_config import EngineConfig
 from srt_agent.tree_cache import TreeCache
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 if TYPE_CHECKING:
     import torch
 
-    from srt_agent.distributed.engine import RayEngine
     from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.distributed.ray_engine import RayEngine
     from srt_agent.engine.sequence import Detokenizer
     from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.serving.client import SGLangEngine
@@ -203,8 +203,8 @@ def _on_ray(
 ) -> Runtime:
     import ray
 
-    from srt_agent.distributed.engine import RayEngine
     from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.distributed.ray_engine import RayEngine
 
     if not ray.is_initialized():
         # A local cluster fits two sets of replicas (the trainer's baseline keeps a second one).
@@ -249,7 +249,7 @@ def _replica_cache(source: DraftSourceProtocol | None) -> TreeCacheConfig | None
 
 
 def _connect(model_dir: str | Path, config: EngineConfig, rollout: RolloutConfig) -> SGLangEngine:
-    from srt_agent.engine.checkpoint import read_config
+    from srt_agent.engine.hf_checkpoint import read_config
     from srt_agent.serving.client import SGLangEngine
 
     assert config.url is not None  # EngineConfig checks it for kind sglang

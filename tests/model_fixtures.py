@@ -4,10 +4,10 @@ from functools import cache
 
 from transformers import PreTrainedTokenizerFast
 
-from srt_agent.model.build import BuildConfig
-from srt_agent.model.demos import Demo, collect_demos, demo_texts
-from srt_agent.model.sft import SFTConfig
-from srt_agent.model.tokenizer import train_tokenizer
+from srt_agent.recipe.build import BuildConfig
+from srt_agent.recipe.demos import Demo, collect_demos, demo_texts
+from srt_agent.recipe.sft import SFTConfig
+from srt_agent.recipe.tokenizer import train_tokenizer
 
 ENV_IDS = ("srt/Calculator-v0", "srt/GuessNumber-v0", "srt/Retail-v0")
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.template import ChatFormat
 from srt_agent.contracts.generation import (
     FinishReason,
     GenerationOutput,

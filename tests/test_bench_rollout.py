@@ -12,9 +12,9 @@ from rich.console import Console
 from test_rollout_support import save_tiny_llama
 from typer.testing import CliRunner
 
-from srt_agent.bench.rollout import CONFIGS, RolloutBenchConfig, run_rollout_bench
-from srt_agent.bench.rollout_report import bench_rollout, headline, limits, markdown_table
 from srt_agent.cli import app
+from srt_agent.speed.rollout_report import bench_rollout, headline, limits, markdown_table
+from srt_agent.speed.rollout_speed import CONFIGS, RolloutBenchConfig, run_rollout_bench
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -3,8 +3,8 @@ import pickle
 import pytest
 from chat_fixtures import tiny_tokenizer
 
-from srt_agent.chat_format import ChatFormat, TemplateContinuityError
-from srt_agent.messages import Message, system, tool_result, user
+from srt_agent.chat.messages import Message, system, tool_result, user
+from srt_agent.chat.template import ChatFormat, TemplateContinuityError
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Math.", "parameters": {}}}]
 

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 import srt_agent
 from srt_agent.cli import app
-from srt_agent.play import play
-from srt_agent.testing import GenericTestEnv
+from srt_agent.env.play import play
+from srt_agent.env.testing import GenericTestEnv
 
 runner = CliRunner()
 
@@ -134,7 +134,7 @@ def test_an_env_of_your_own_is_reached_as_module_colon_id(monkeypatch: pytest.Mo
 def test_commands_find_the_model_you_have_or_say_which_exist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from srt_agent.paths import resolve_model_dir
+    from srt_agent.output.paths import resolve_model_dir
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SRT_AGENT_MODEL", raising=False)
@@ -157,7 +157,7 @@ def test_heartbeat_prints_progress_where_bars_cannot_show() -> None:
 
     from rich.console import Console
 
-    from srt_agent.console import Heartbeat
+    from srt_agent.output.console import Heartbeat
 
     piped = io.StringIO()
     beat = Heartbeat(Console(file=piped, width=100), "SFT step", 300, every_s=3600)

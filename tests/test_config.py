@@ -15,7 +15,7 @@ import srt_agent.algo as learn
 from srt_agent.config import RunConfig, apply_overrides, load_config
 from srt_agent.config import algo as config_algo
 from srt_agent.config.sections import EVAL_SEED_END
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 QUICKSTART = CONFIGS / "quickstart.yaml"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from srt_agent.bench.engine import bench_engine, run_engine_bench
-from srt_agent.bench.random_model import save_random_model
+from srt_agent.speed.engine_speed import bench_engine, run_engine_bench
+from srt_agent.speed.random_model import save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -25,7 +25,7 @@ def test_run_engine_bench_reports_both_systems(tmp_path: Path) -> None:
 
 
 def test_bench_engine_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import srt_agent.bench.engine as bench
+    import srt_agent.speed.engine_speed as bench
 
     model = save_random_model(tmp_path / "m")
     real = bench.run_engine_bench

@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from srt_agent.bench.random_model import char_tokenizer, save_random_model
 from srt_agent.engine import Engine, GenerationRequest, PromptTooLongError, SamplingParams
-from srt_agent.engine.checkpoint import CheckpointError
+from srt_agent.engine.hf_checkpoint import CheckpointError
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import char_tokenizer, save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from srt_agent.bench.random_model import save_random_model
-from srt_agent.engine.checkpoint import CheckpointError, read_config, read_state_dict
+from srt_agent.engine.hf_checkpoint import CheckpointError, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias, tree_bias
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from srt_agent.bench.random_model import save_random_model
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.prefix_cache import BLOCK, PrefixStore
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import save_random_model
 
 VOCAB = 96
 

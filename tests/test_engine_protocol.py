@@ -10,13 +10,13 @@ import inspect
 
 import pytest
 
-from srt_agent.bench.peers import HFEngine
 from srt_agent.contracts.generation import Engine
 from srt_agent.contracts.speculation import SpecStats
-from srt_agent.distributed.engine import RayEngine
+from srt_agent.distributed.ray_engine import RayEngine
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.integrations.openrlhf.episode import VLLMEngineAdapter
+from srt_agent.integrations.openrlhf.samples import VLLMEngineAdapter
 from srt_agent.serving.client import SGLangEngine
+from srt_agent.speed.peers import HFEngine
 
 MEMBERS = sorted(
     name for name, _ in inspect.getmembers(Engine) if not name.startswith("_") and name in Engine.__dict__

@@ -12,13 +12,13 @@ import torch
 from spec_drafters import NoisyReplay, RandomDrafts, Recorder, Replay
 from transformers import AutoModelForCausalLM
 
-from srt_agent.bench.random_model import char_tokenizer, save_random_model
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.sampling import RowParams, processed_logprobs
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import char_tokenizer, save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -28,11 +28,11 @@ from spec_drafters import ModelDrafts
 from stats_fixtures import chi_square_p
 from transformers import AutoModelForCausalLM
 
-from srt_agent.bench.random_model import save_random_model
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
 from srt_agent.engine.sampling import RowParams, processed_logprobs
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,12 +18,12 @@ import torch
 from spec_drafters import NoisyReplay
 from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
 
-from srt_agent.bench.random_model import char_tokenizer, save_random_model
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
-from srt_agent.engine.checkpoint import read_state_dict
+from srt_agent.engine.hf_checkpoint import read_state_dict
 from srt_agent.engine.kv_cache import KVCache, mask_bias, tree_bias
 from srt_agent.engine.step_graphs import StepGraphs, bucket
 from srt_agent.engine.torch_engine import TorchEngine, default_dtype
+from srt_agent.speed.random_model import char_tokenizer, save_random_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

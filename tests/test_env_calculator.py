@@ -6,13 +6,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from srt_agent.env import EnvConfigError, oracle_policy
+from srt_agent.chat.messages import Message, assistant, tool_result
+from srt_agent.env.episode_loop import run_episode
+from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
+from srt_agent.env.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.envs.calculator import CalculatorEnv, find_answer, parse_number
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
-from srt_agent.messages import Message, assistant, tool_result
-from srt_agent.policy import run_episode
-from srt_agent.testing import ScriptedPolicy, check_multiturn_env
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 from srt_agent.tools.calculator import CalculatorError, evaluate, format_number
 
 ENV_ID = "srt/Calculator-v0"
@@ -244,8 +244,8 @@ def test_bad_reset_options_are_rejected() -> None:
 def test_oversized_actions_and_huge_powers_cost_nothing() -> None:
     import time
 
-    from srt_agent.registration import make
-    from srt_agent.tool_parser import format_tool_call
+    from srt_agent.env.registration import make
+    from srt_agent.tool.parser import format_tool_call
 
     env = make("srt/Calculator-v0", max_action_chars=300)
     env.reset(seed=0)

@@ -6,14 +6,14 @@ import gymnasium as gym
 import pytest
 
 from srt_agent import Message, MultiTurnEnv, Transition, async_step, run_episode
-from srt_agent.env import EnvConfigError
-from srt_agent.messages import user
-from srt_agent.spaces import AnyText, MessagesSpace
-from srt_agent.testing import GenericTestEnv, ScriptedPolicy, check_multiturn_env
-from srt_agent.tool import tool
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.chat.messages import user
+from srt_agent.env.multi_turn import EnvConfigError
+from srt_agent.env.spaces import AnyText, MessagesSpace
+from srt_agent.env.testing import GenericTestEnv, ScriptedPolicy, check_multiturn_env
+from srt_agent.tool.definition import tool
+from srt_agent.tool.parser import format_tool_call
 
-gym.register("test/Generic-v0", entry_point="srt_agent.testing:GenericTestEnv")
+gym.register("test/Generic-v0", entry_point="srt_agent.env.testing:GenericTestEnv")
 
 
 def test_generic_env_passes_gymnasium_and_contract_checks() -> None:

@@ -3,11 +3,11 @@ import re
 import gymnasium as gym
 import pytest
 
-from srt_agent.env import EnvConfigError, oracle_policy
+from srt_agent.env.episode_loop import run_episode
+from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
+from srt_agent.env.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.envs.guess_number import GuessNumberEnv, guess_reward, last_number, optimal_guesses
-from srt_agent.policy import run_episode
-from srt_agent.testing import ScriptedPolicy, check_multiturn_env
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 ENV_ID = "srt/GuessNumber-v0"
 

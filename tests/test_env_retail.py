@@ -7,16 +7,16 @@ from collections.abc import Callable
 import gymnasium as gym
 import pytest
 
-from srt_agent.env import EnvConfigError, oracle_policy
+from srt_agent.chat.messages import Message, assistant
+from srt_agent.env.episode_loop import run_episode
+from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
+from srt_agent.env.testing import check_multiturn_env
 from srt_agent.envs.retail import actions
 from srt_agent.envs.retail.env import RetailEnv
 from srt_agent.envs.retail.phrases import STOP
 from srt_agent.envs.retail.tasks import InfoItem, missing_info, numbers_in
 from srt_agent.envs.retail.tools import WRITE_TOOLS
-from srt_agent.messages import Message, assistant
-from srt_agent.policy import run_episode
-from srt_agent.testing import check_multiturn_env
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 History = list[Message]
 

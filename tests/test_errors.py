@@ -10,7 +10,7 @@ import pytest
 from srt_agent.errors import SrtAgentError
 
 # Control flow inside one module, never raised to a caller: not part of the family.
-INTERNAL = {"srt_agent.play.QuitPlay", "srt_agent.envs.calculator_problems.Reject"}
+INTERNAL = {"srt_agent.env.play.QuitPlay", "srt_agent.envs.calculator_problems.Reject"}
 OPTIONAL = ("sglang", "openrlhf", "vllm", "ray")  # modules that need an optional package
 
 
@@ -50,9 +50,9 @@ def test_every_exception_of_the_package_derives_from_the_base() -> None:
 
 def test_the_family_keeps_the_builtin_kinds() -> None:
     from srt_agent.config import ConfigError
-    from srt_agent.engine.checkpoint import CheckpointError
-    from srt_agent.model.build import BuildDirError
-    from srt_agent.registration import UnknownEnvError
+    from srt_agent.engine.hf_checkpoint import CheckpointError
+    from srt_agent.env.registration import UnknownEnvError
+    from srt_agent.recipe.build import BuildDirError
 
     assert issubclass(ConfigError, ValueError) and issubclass(BuildDirError, FileExistsError)
     assert issubclass(UnknownEnvError, KeyError)

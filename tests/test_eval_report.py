@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
+from srt_agent.chat.messages import user
 from srt_agent.evaluation import EVAL_SEED_END, EvalReport, eval_episodes, pass_hat_k, summarize
-from srt_agent.messages import user
 from srt_agent.rollout import Trajectory, TurnRecord
 
 T, F = True, False
@@ -108,7 +108,7 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
 
 
 def test_eval_seeds_stay_below_the_demonstration_seeds() -> None:
-    from srt_agent.model.demos import DEMO_SEED_BASE
+    from srt_agent.recipe.demos import DEMO_SEED_BASE
 
     assert EVAL_SEED_END == DEMO_SEED_BASE
     specs = eval_episodes("srt/Calculator-v0", 3, 2, first_seed=5)

@@ -12,10 +12,10 @@ from scripted_engine import Response, ScriptedEngine
 from test_rollout_support import episode_of, oracle_responder, oracles, tiny_format
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
+from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.env.testing import GenericTestEnv
 from srt_agent.evaluation import ModelLoadError, eval_command, run_eval
-from srt_agent.registration import UnknownEnvError, register_env
 from srt_agent.rollout import read_trace
-from srt_agent.testing import GenericTestEnv
 
 register_env("test-eval/Generic-v0", GenericTestEnv, answer="42", max_turns=2)
 

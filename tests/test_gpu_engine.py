@@ -22,10 +22,10 @@ from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
 from test_engine_spec_exact import CASES, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
 
-from srt_agent.bench.random_model import char_tokenizer, save_random_model
-from srt_agent.engine.checkpoint import read_state_dict
+from srt_agent.engine.hf_checkpoint import read_state_dict
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import char_tokenizer, save_random_model
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,11 +8,11 @@ from model_fixtures import TINY
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import srt_agent.model.build as build_mod
-from srt_agent.chat_format import ChatFormat
-from srt_agent.model import BuildDirError, build_model, ensure_model, is_model_dir, quick_eval
-from srt_agent.model.build import BUILD_FILE, PRESETS, BuildConfig, preset_config
-from srt_agent.model.demos import DemoSource
+import srt_agent.recipe.build as build_mod
+from srt_agent.chat.template import ChatFormat
+from srt_agent.recipe import BuildDirError, build_model, ensure_model, is_model_dir, quick_eval
+from srt_agent.recipe.build import BUILD_FILE, PRESETS, BuildConfig, preset_config
+from srt_agent.recipe.demos import DemoSource
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,8 @@
 import pytest
 from model_fixtures import ENV_IDS, demos, tokenizer
 
-from srt_agent.chat_format import ChatFormat
-from srt_agent.model.demos import DEMO_SEED_BASE, SEEDS_PER_BUILD, demo_seeds, to_transcript
+from srt_agent.chat.template import ChatFormat
+from srt_agent.recipe.demos import DEMO_SEED_BASE, SEEDS_PER_BUILD, demo_seeds, to_transcript
 
 
 def test_demo_seeds_stay_clear_of_evaluation_seeds_and_of_other_builds() -> None:
@@ -44,7 +44,7 @@ def test_loss_mask_covers_exactly_the_assistant_tokens(env_id: str) -> None:
 
 
 def test_the_mental_demonstrator_solves_each_problem_in_one_turn_without_the_tool() -> None:
-    from srt_agent.model.demos import collect_demos
+    from srt_agent.recipe.demos import collect_demos
 
     ds = collect_demos("srt/Calculator-v0", 20, demonstrator="mental")
     assert len(ds) == 20  # every answer is right
@@ -55,7 +55,7 @@ def test_the_mental_demonstrator_solves_each_problem_in_one_turn_without_the_too
 
 
 def test_two_demonstrators_of_one_env_play_disjoint_seeds() -> None:
-    from srt_agent.model.demos import DemoSource, source_seeds
+    from srt_agent.recipe.demos import DemoSource, source_seeds
 
     sources = [
         DemoSource("srt/Calculator-v0", 5),
@@ -70,7 +70,7 @@ def test_two_demonstrators_of_one_env_play_disjoint_seeds() -> None:
 
 
 def test_bad_demo_sources_are_named_in_the_error() -> None:
-    from srt_agent.model.demos import DemoSource, check_sources, collect_demos
+    from srt_agent.recipe.demos import DemoSource, check_sources, collect_demos
 
     with pytest.raises(ValueError, match=r"unknown demonstrator 'telepathy'.*oracle, mental"):
         check_sources([DemoSource("srt/Calculator-v0", 1, "telepathy")])

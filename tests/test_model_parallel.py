@@ -10,11 +10,11 @@ from functools import partial
 import pytest
 from model_fixtures import tokenizer
 
-from srt_agent.chat_format import ChatFormat
-from srt_agent.model import parallel
-from srt_agent.model.build import _weighted
-from srt_agent.model.demos import DemoSource, collect_demos, demo_seeds, to_transcript
-from srt_agent.model.parallel import chunks, collect_all, make_pool, tokenize_all
+from srt_agent.chat.template import ChatFormat
+from srt_agent.recipe import parallel
+from srt_agent.recipe.build import _weighted
+from srt_agent.recipe.demos import DemoSource, collect_demos, demo_seeds, to_transcript
+from srt_agent.recipe.parallel import chunks, collect_all, make_pool, tokenize_all
 
 
 @pytest.mark.parametrize(("n", "parts"), [(10, 3), (7, 7), (2, 5), (1, 2), (1000, 2)])

@@ -4,7 +4,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from srt_agent.devices import resolve_device
-from srt_agent.model.sft import (
+from srt_agent.recipe.sft import (
     IGNORE_INDEX,
     Example,
     SFTConfig,

@@ -2,10 +2,10 @@ import pytest
 from model_fixtures import ENV_IDS, demos, tokenizer
 from transformers import AutoTokenizer
 
-from srt_agent.chat_format import ChatFormat
-from srt_agent.messages import system, tool_result, user
-from srt_agent.model.demos import to_transcript
-from srt_agent.model.tokenizer import (
+from srt_agent.chat.messages import system, tool_result, user
+from srt_agent.chat.template import ChatFormat
+from srt_agent.recipe.demos import to_transcript
+from srt_agent.recipe.tokenizer import (
     CHAT_TEMPLATE,
     NUMBER_TOKENS,
     SPECIAL_TOKENS,

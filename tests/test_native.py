@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 from srt_agent import native
-from srt_agent.bench.random_model import save_random_model
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+from srt_agent.engine.batching import _commit_tokens
 from srt_agent.engine.kv_cache import KVCache
-from srt_agent.engine.scheduler import _commit_tokens
 from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.budget import CostModel, _depth_sums, subtree
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.speculation.speculator import Emitted, _walk_drawn
 from srt_agent.engine.step_graphs import StepGraphs, bucket
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import save_random_model
 
 needs_core = pytest.mark.skipif(native.core is None, reason="the native core is not built or is disabled")
 

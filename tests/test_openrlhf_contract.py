@@ -23,7 +23,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm_standin import TorchLLM  # noqa: E402
 
-from srt_agent.integrations.openrlhf.episode import episode_prompt  # noqa: E402
+from srt_agent.integrations.openrlhf.samples import episode_prompt  # noqa: E402
 from srt_agent.runtime import build_engine  # noqa: E402
 
 AGENT = Path(__file__).resolve().parents[1] / "examples" / "openrlhf" / "agent_func.py"

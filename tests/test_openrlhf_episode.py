@@ -12,7 +12,7 @@ from train_fixtures import save_tiny_policy
 from transformers import AutoTokenizer
 from vllm_standin import TorchLLM
 
-from srt_agent.integrations.openrlhf.episode import episode_prompt, play_episode, write_prompts
+from srt_agent.integrations.openrlhf.samples import episode_prompt, play_episode, write_prompts
 from srt_agent.runtime import build_engine
 
 

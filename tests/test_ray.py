@@ -14,9 +14,9 @@ import pytest
 from train_fixtures import save_tiny_policy
 
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
-from srt_agent.distributed.config import RayConfig
+from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.distributed.router import Router
-from srt_agent.engine.checkpoint import read_state_dict
+from srt_agent.engine.hf_checkpoint import read_state_dict
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import Runtime, build_engine, build_runtime
@@ -92,7 +92,7 @@ def test_a_replica_killed_mid_rollout_loses_no_episode(cluster: None, model_dir:
 
 
 def test_weights_reach_every_replica(cluster: None, model_dir: Path, tmp_path: Path) -> None:
-    from srt_agent.distributed.engine import RayEngine
+    from srt_agent.distributed.ray_engine import RayEngine
 
     new = read_state_dict(save_tiny_policy(tmp_path / "other", seed=1))
     requests = [
@@ -144,7 +144,7 @@ def test_training_on_ray_equals_training_in_one_process(
 
 
 def test_replicas_that_cannot_be_placed_fail_with_the_reason(cluster: None, model_dir: Path) -> None:
-    from srt_agent.distributed.engine import RayEngine
+    from srt_agent.distributed.ray_engine import RayEngine
 
     too_big = RayConfig(replicas=1, replica_cpus=64, start_timeout_s=2)
     with pytest.raises(RuntimeError, match=r"CPUs free and each replica asks for 64"):

@@ -2,9 +2,9 @@ import gymnasium as gym
 import pytest
 
 import srt_agent
-from srt_agent.env import EnvConfigError
-from srt_agent.registration import UnknownEnvError, register_env, registered_envs
-from srt_agent.testing import GenericTestEnv
+from srt_agent.env.multi_turn import EnvConfigError
+from srt_agent.env.registration import UnknownEnvError, register_env, registered_envs
+from srt_agent.env.testing import GenericTestEnv
 
 
 def test_builtins_are_registered_on_import() -> None:

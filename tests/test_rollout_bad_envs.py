@@ -18,16 +18,16 @@ from pydantic import Field
 from scripted_engine import ScriptedEngine
 from test_rollout_support import episode_of, tiny_format
 
+from srt_agent.chat.messages import Message, system, user
 from srt_agent.contracts.generation import GenerationRequest
-from srt_agent.env import EnvConfig, MultiTurnEnv, Transition
-from srt_agent.messages import Message, system, user
-from srt_agent.registration import register_env
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
+from srt_agent.env.registration import register_env
+from srt_agent.env.spaces import AnyText, MessagesSpace
 from srt_agent.rollout import EpisodeSpec, Trajectory, run_rollouts
 from srt_agent.rollout.trace import read_trace, write_trace
-from srt_agent.spaces import AnyText, MessagesSpace
-from srt_agent.tool import tool
-from srt_agent.tool_parser import format_tool_call
-from srt_agent.toolset import ToolSet
+from srt_agent.tool.definition import tool
+from srt_agent.tool.parser import format_tool_call
+from srt_agent.tool.toolset import ToolSet
 
 Fault = Literal[
     "", "reward-none", "reward-text", "reward-nan", "obs-text", "obs-none", "obs-items", "info-list",

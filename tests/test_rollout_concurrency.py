@@ -19,7 +19,7 @@ from srt_agent.rollout import (
     Trajectory,
     run_rollouts,
 )
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 NAP_S = 0.3
 

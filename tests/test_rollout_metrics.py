@@ -13,7 +13,7 @@ from srt_agent.contracts.speculation import SpecStats, spec_delta
 from srt_agent.evaluation import run_eval
 from srt_agent.rollout import EpisodeSpec, RolloutConfig, RolloutScheduler, rollout_sync, run_rollouts
 from srt_agent.rollout.metrics import Timeline
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 NAP_S = 0.2
 

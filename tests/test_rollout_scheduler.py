@@ -9,11 +9,11 @@ import pytest
 from scripted_engine import ScriptedEngine, position_logprob
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format, turn_of
 
+from srt_agent.chat.messages import user
 from srt_agent.contracts.generation import GenerationRequest, state_key
-from srt_agent.messages import user
-from srt_agent.registration import make
+from srt_agent.env.registration import make
 from srt_agent.rollout import EpisodeSpec, RolloutConfig, Trajectory, json_safe, run_rollouts, sampling_seed
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 NAP = format_tool_call("nap", {"seconds": 0.0})
 UNKNOWN = format_tool_call("nosuch", {})

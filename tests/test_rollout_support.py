@@ -22,15 +22,15 @@ from typing import Any, Literal
 from chat_fixtures import tiny_tokenizer
 from pydantic import Field
 
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.messages import Message, system, tool_result, user
+from srt_agent.chat.template import ChatFormat
 from srt_agent.contracts.generation import GenerationRequest
-from srt_agent.env import EnvConfig, MultiTurnEnv, Transition, oracle_policy
-from srt_agent.messages import Message, system, tool_result, user
-from srt_agent.policy import Policy
-from srt_agent.registration import make, register_env
-from srt_agent.tool import tool
-from srt_agent.tool_parser import MalformedCall, ParsedTurn, ToolCall, parse_tool_calls
-from srt_agent.toolset import ToolResult, ToolSet
+from srt_agent.env.episode_loop import Policy
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, oracle_policy
+from srt_agent.env.registration import make, register_env
+from srt_agent.tool.definition import tool
+from srt_agent.tool.parser import MalformedCall, ParsedTurn, ToolCall, parse_tool_calls
+from srt_agent.tool.toolset import ToolResult, ToolSet
 
 NAPS: list[tuple[str, float, float]] = []
 """(label, start, end) of every ``nap`` call, in ``time.perf_counter`` seconds."""

@@ -21,7 +21,7 @@ from srt_agent.rollout import (
     trace_turns,
     write_trace,
 )
-from srt_agent.tool_parser import format_tool_call
+from srt_agent.tool.parser import format_tool_call
 
 
 @pytest.fixture(scope="module")

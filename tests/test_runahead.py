@@ -8,10 +8,10 @@ import pytest
 from scripted_engine import ScriptedEngine
 from test_rollout_support import save_tiny_llama, tiny_format, turn_of
 
+from srt_agent.chat.messages import tool_result, user
 from srt_agent.contracts.generation import GenerationRequest, state_key
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.messages import tool_result, user
 from srt_agent.rollout import (
     EpisodeSpec,
     RolloutConfig,
@@ -20,7 +20,7 @@ from srt_agent.rollout import (
     ToolMemo,
     rollout_sync,
 )
-from srt_agent.tool_parser import format_tool_call, parse_tool_calls
+from srt_agent.tool.parser import format_tool_call, parse_tool_calls
 from srt_agent.tree_cache import TreeCache
 
 CALC = "srt/Calculator-v0"

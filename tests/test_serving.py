@@ -17,7 +17,7 @@ import pytest
 from train_fixtures import save_tiny_policy, tiny_config
 
 from srt_agent.contracts.generation import GenerationRequest, PromptTooLongError, SamplingParams
-from srt_agent.engine.checkpoint import read_state_dict
+from srt_agent.engine.hf_checkpoint import read_state_dict
 from srt_agent.evaluation import run_eval
 from srt_agent.runtime import build_engine
 from srt_agent.serving import EngineConfig, EngineConnectionError, EngineServer, SGLangEngine
@@ -169,8 +169,8 @@ def test_training_through_the_server_equals_training_in_process(
 
 
 def test_bench_rollout_runs_a_server_configuration(server: EngineServer, model_dir: Path) -> None:
-    from srt_agent.bench.rollout import RolloutBenchConfig, run_rollout_bench
-    from srt_agent.bench.rollout_report import headline
+    from srt_agent.speed.rollout_report import headline
+    from srt_agent.speed.rollout_speed import RolloutBenchConfig, run_rollout_bench
 
     config = RolloutBenchConfig(
         model_dir, envs=("srt/GuessNumber-v0",), prompts=2, samples=2, rounds=2, max_new_tokens=6,

@@ -9,8 +9,8 @@ import pytest
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.budget import CostModel, subtree
-from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.forward_time import ForwardTime
+from srt_agent.engine.speculation.spec_config import SpecConfig
 
 
 def _chain(n: int, prob: float = 1.0, source: str = "exact") -> DraftTree:

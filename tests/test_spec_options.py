@@ -11,18 +11,18 @@ import yaml
 from train_fixtures import save_tiny_policy, tiny_config
 from typer.testing import CliRunner
 
-from srt_agent.bench.rollout import RolloutBenchConfig
 from srt_agent.cli import app
 from srt_agent.config.loader import ConfigError
 from srt_agent.config.spec_file import load_spec, sglang_refusals
 from srt_agent.distributed.actors import EngineReplica
-from srt_agent.distributed.engine import replica_args
+from srt_agent.distributed.ray_engine import replica_args
 from srt_agent.evaluation.runner import _load
 from srt_agent.integrations.sglang import plugin
 from srt_agent.integrations.sglang.launch import server_env
 from srt_agent.integrations.sglang.plugin import SPEC_FILE_VARIABLE, worker_cache_config
 from srt_agent.rollout.config import RolloutConfig
 from srt_agent.runtime import _replica_cache
+from srt_agent.speed.rollout_speed import RolloutBenchConfig
 from srt_agent.tree_cache import TreeCache
 
 SPEC = {

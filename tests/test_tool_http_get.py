@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from srt_agent.tool import Tool
-from srt_agent.tool_parser import parse_tool_calls
+from srt_agent.tool.definition import Tool
+from srt_agent.tool.parser import parse_tool_calls
+from srt_agent.tool.toolset import ToolSet
 from srt_agent.tools.http_get import (
     FetchFailed,
     FetchRefused,
@@ -24,7 +25,6 @@ from srt_agent.tools.http_get import (
     is_public_address,
     make_http_get_tool,
 )
-from srt_agent.toolset import ToolSet
 
 BIG = 1_000_000
 

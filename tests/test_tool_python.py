@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from srt_agent.tool_parser import parse_tool_calls
+from srt_agent.tool.parser import parse_tool_calls
+from srt_agent.tool.toolset import ToolSet
 from srt_agent.tools.python import (
     MAX_CODE_CHARS,
     SandboxLimits,
@@ -25,7 +26,6 @@ from srt_agent.tools.python import (
     sandbox_layers,
 )
 from srt_agent.tools.sandbox_child import make_audit_hook
-from srt_agent.toolset import ToolSet
 
 FAST = SandboxLimits(timeout_s=5, cpu_s=5)
 LAYERS = sandbox_layers()

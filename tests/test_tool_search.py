@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.tool_parser import parse_tool_calls
+from srt_agent.tool.parser import parse_tool_calls
+from srt_agent.tool.toolset import ToolSet
 from srt_agent.tools.search import (
     NO_RESULTS,
     Document,
@@ -17,7 +18,6 @@ from srt_agent.tools.search import (
     make_search_tool,
     make_snippet,
 )
-from srt_agent.toolset import ToolSet
 
 DOCS = [
     Document(id="cat", title="Cats", text="The cat sat on the mat. A cat is a small domesticated mammal."),

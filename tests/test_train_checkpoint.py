@@ -21,7 +21,7 @@ from srt_agent.train.checkpoint import (
     set_rng_state,
     write_checkpoint,
 )
-from srt_agent.train.metrics import MetricsLogger, read_records
+from srt_agent.train.metrics_log import MetricsLogger, read_records
 
 
 @pytest.fixture(scope="module")

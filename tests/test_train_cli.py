@@ -11,7 +11,7 @@ from train_fixtures import save_tiny_policy, tiny_settings, write_config
 from typer.testing import CliRunner
 
 from srt_agent.cli import app
-from srt_agent.train.metrics import read_records
+from srt_agent.train.metrics_log import read_records
 from srt_agent.train.summary import SUMMARY_SCHEMA
 
 runner = CliRunner()
@@ -77,7 +77,7 @@ def test_a_second_fresh_run_into_the_same_dir_asks_for_resume(model_dir: Path, t
 
 
 def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import srt_agent.model.build as build
+    import srt_agent.recipe.build as build
 
     built: list[Path] = []
     configs: list[object] = []

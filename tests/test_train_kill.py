@@ -20,7 +20,7 @@ import pytest
 from train_fixtures import save_tiny_policy, tiny_settings, write_config
 
 from srt_agent.train import latest_checkpoint
-from srt_agent.train.metrics import read_records
+from srt_agent.train.metrics_log import read_records
 
 STEPS = 8
 CLI = [sys.executable, "-c", "from srt_agent.cli import main; main()", "train"]

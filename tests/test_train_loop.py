@@ -19,13 +19,13 @@ from srt_agent.algo import Aggregation
 from srt_agent.config import RunConfig
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine import GenerationRequest, SamplingParams
-from srt_agent.registration import register_env, registered_envs
-from srt_agent.testing import GenericTestEnv
+from srt_agent.env.registration import register_env, registered_envs
+from srt_agent.env.testing import GenericTestEnv
 from srt_agent.train import Trainer
 from srt_agent.train.learner import PreparedBatch, micro_batches
 from srt_agent.train.objective import micro_loss
 from srt_agent.train.optim import lr_factor
-from srt_agent.train.policy import PolicyModel
+from srt_agent.train.policy_model import PolicyModel
 from srt_agent.train.tasks import step_episodes, step_seeds
 
 # Rewards of a random policy are all 0, so GRPO/RLOO advantages vanish: a small entropy bonus gives

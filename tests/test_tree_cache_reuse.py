@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import pytest
 from chat_fixtures import tiny_tokenizer
 
-from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.chat.messages import system, tool_result, user
+from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import state_key
-from srt_agent.messages import system, tool_result, user
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 pytestmark = pytest.mark.usefixtures("cache_backend")

@@ -11,8 +11,8 @@ from srt_agent.config.algo import AlgoSection
 from srt_agent.config.base import Section
 from srt_agent.config.sections import EVAL_SEED_END, EnvSection, ModelSection, RolloutSection, SpecSection
 from srt_agent.config.training import OptimSection, TrainerSection
-from srt_agent.distributed.config import RayConfig
-from srt_agent.serving.config import EngineConfig
+from srt_agent.distributed.ray_config import RayConfig
+from srt_agent.serving.engine_config import EngineConfig
 
 if TYPE_CHECKING:
     from srt_agent.rollout.config import RolloutConfig

@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from srt_agent.config.base import Section
-from srt_agent.engine.speculation.config import SpecConfig
-from srt_agent.paths import default_model_dir
+from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.output.paths import default_model_dir
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig  # light: pydantic only
 from srt_agent.tree_cache import TreeCacheConfig
 
@@ -28,7 +28,7 @@ class ModelSection(Section):
     build_if_missing: bool = Field(
         default=True, description="Build `build_preset` into `dir` first if it holds no model."
     )
-    # The names of srt_agent.model.build.PRESETS (a test keeps them equal): importing that module
+    # The names of srt_agent.recipe.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
     build_preset: Literal["embedded", "tool-choice", "gpu"] = Field(
         default="embedded",

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from srt_agent.config.loader import ConfigError, apply_overrides, describe_errors, read_yaml
 from srt_agent.config.run import RunConfig
 from srt_agent.config.sections import SpecSection
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.tree_cache import TreeCacheConfig
 
 

@@ -6,5 +6,5 @@
   and stream updates, and the draft-source protocol the engine speculates with;
 * :mod:`~srt_agent.contracts.trajectory`: one episode as the rollout hands it to the learner.
 
-Chat messages are :mod:`srt_agent.messages`.
+Chat messages are :mod:`srt_agent.chat.messages`.
 """

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from srt_agent.chat.messages import Message
 from srt_agent.contracts.generation import FinishReason
-from srt_agent.messages import Message
 
 Status = Literal["ok", "truncated", "failed"]
 """How an episode ended: ``ok`` (the env terminated it), ``truncated`` (the env's turn limit, the

@@ -3,6 +3,6 @@
 ``RayConfig`` imports without Ray; ``RayEngine`` and ``EnvWorkerPool`` need it (the ``ray`` extra).
 """
 
-from srt_agent.distributed.config import RayConfig
+from srt_agent.distributed.ray_config import RayConfig
 
 __all__ = ["RayConfig"]

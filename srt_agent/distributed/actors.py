@@ -1,6 +1,6 @@
 """What runs inside the Ray actors: an engine replica, and an env worker.
 
-Plain classes; :mod:`srt_agent.distributed.engine` makes them actors with ``ray.remote``, so this
+Plain classes; :mod:`srt_agent.distributed.ray_engine` makes them actors with ``ray.remote``, so this
 module imports without Ray and its logic is tested in-process too.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
 from srt_agent.contracts.speculation import SpecStats
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
@@ -89,7 +89,7 @@ class EnvWorker:
 
     def make(self, key: str, env_id: str, options: Mapping[str, Any]) -> None:
         """Make the env of episode ``key``."""
-        from srt_agent.registration import make
+        from srt_agent.env.registration import make
 
         self._envs[key] = make(env_id, **dict(options))
 
@@ -100,7 +100,7 @@ class EnvWorker:
 
     async def step(self, key: str, action: str) -> tuple[Any, ...]:
         """``env.step`` of episode ``key``; async tools run on this actor's event loop."""
-        from srt_agent.env import async_step
+        from srt_agent.env.multi_turn import async_step
 
         return tuple(await async_step(self._envs[key], action))
 

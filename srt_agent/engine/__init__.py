@@ -19,12 +19,12 @@ from srt_agent.contracts.generation import (
 )
 
 if TYPE_CHECKING:
-    from srt_agent.engine.checkpoint import CheckpointError
+    from srt_agent.engine.hf_checkpoint import CheckpointError
     from srt_agent.engine.torch_engine import TorchEngine
 
 _LAZY = {
     "TorchEngine": "srt_agent.engine.torch_engine",
-    "CheckpointError": "srt_agent.engine.checkpoint",
+    "CheckpointError": "srt_agent.engine.hf_checkpoint",
 }
 
 __all__ = [

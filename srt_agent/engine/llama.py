@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from srt_agent.engine.checkpoint import ModelConfig, check_state_dict
+from srt_agent.engine.hf_checkpoint import ModelConfig, check_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.rope import apply_rope, interleave_rows, inverse_frequencies, rope_table
 

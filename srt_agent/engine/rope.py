@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from srt_agent.engine.checkpoint import RopeConfig
+from srt_agent.engine.hf_checkpoint import RopeConfig
 
 
 def inverse_frequencies(rope: RopeConfig, head_dim: int) -> torch.Tensor:

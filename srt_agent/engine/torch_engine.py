@@ -30,13 +30,13 @@ import torch
 from srt_agent.contracts.draft import DraftSourceProtocol
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.contracts.speculation import SpecStats
-from srt_agent.engine.checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
+from srt_agent.engine.batching import Detokenizer, Scheduler, SequenceState
+from srt_agent.engine.hf_checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
-from srt_agent.engine.scheduler import Detokenizer, Scheduler, SequenceState
 from srt_agent.engine.sequence import load_tokenizer
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.speculation.speculator import Speculator
 from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.step_graphs import CaptureFreeTimer, StepGraphs, bucket

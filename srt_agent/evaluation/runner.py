@@ -16,28 +16,28 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.template import ChatFormat
 from srt_agent.config.sections import SpecSection
-from srt_agent.console import make_console
 from srt_agent.contracts.generation import Engine
 from srt_agent.devices import resolve_device
-from srt_agent.distributed.config import RayConfig
-from srt_agent.env import EnvConfigError
+from srt_agent.distributed.ray_config import RayConfig
+from srt_agent.env.multi_turn import EnvConfigError
+from srt_agent.env.registration import UnknownEnvError, make
 from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, summarize
-from srt_agent.paths import OutputPathError, check_output_file
-from srt_agent.records import write_record
-from srt_agent.registration import UnknownEnvError, make
+from srt_agent.output.console import make_console
+from srt_agent.output.paths import OutputPathError, check_output_file
+from srt_agent.output.records import write_record
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
 from srt_agent.rollout.trace import write_trace
 from srt_agent.runtime import Runtime, build_runtime
-from srt_agent.serving.config import EngineConfig
+from srt_agent.serving.engine_config import EngineConfig
 from srt_agent.tree_cache import TreeCache
 
 EVAL_SEED_END = 10_000_000
-"""Evaluation seeds stay below this; it equals ``srt_agent.model.demos.DEMO_SEED_BASE``, where the
+"""Evaluation seeds stay below this; it equals ``srt_agent.recipe.demos.DEMO_SEED_BASE``, where the
 model builder's demonstration seeds start."""
 
 

@@ -108,7 +108,7 @@ class EpisodeSpec:
     """One episode to roll out.
 
     Attributes:
-        env_id: A registered env id (made with :func:`srt_agent.registration.make`).
+        env_id: A registered env id (made with :func:`srt_agent.env.registration.make`).
         seed: The env seed for ``reset`` (same seed, same task).
         trial: Repeat number of the same task (varies the sampling seeds, not the task).
         episode_id: Unique id in the batch; default ``"<env_id>/<seed>/<trial>"``.

@@ -18,14 +18,13 @@ from typing import Any, ParamSpec
 
 import gymnasium as gym
 
-from srt_agent.chat_format import ChatFormat, TemplateContinuityError, TokenTranscript
+from srt_agent.chat.messages import Message
+from srt_agent.chat.template import ChatFormat, TemplateContinuityError, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
-from srt_agent.env import async_step
-from srt_agent.errors import SrtAgentError
-from srt_agent.faults import FAULTS, describe_fault
-from srt_agent.messages import Message
-from srt_agent.registration import make
+from srt_agent.env.multi_turn import async_step
+from srt_agent.env.registration import make
+from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
 
 logger = logging.getLogger("srt_agent.rollout")
@@ -69,7 +68,7 @@ def check_observation(obs: Any, where: str) -> tuple[Message, ...]:
         if not isinstance(m, Message):
             raise EnvContractError(
                 f"{where} returned an observation whose item {i} is {_shown(m)} ({type(m).__name__}); "
-                "expected Message objects (srt_agent.messages)"
+                "expected Message objects (srt_agent.chat.messages)"
             )
     return tuple(obs)
 

@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.chat.messages import Message
+from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest, state_key
-from srt_agent.messages import Message
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig, sampling_seed
 from srt_agent.rollout.metrics import RunAheadStats
 from srt_agent.rollout.tool_memo import ToolMemo
-from srt_agent.tool_parser import parse_tool_calls
+from srt_agent.tool.parser import parse_tool_calls
 
 logger = logging.getLogger("srt_agent.rollout")
 

@@ -21,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from srt_agent.chat_format import ChatFormat, TokenTranscript
+from srt_agent.chat.messages import Message
+from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
 from srt_agent.contracts.speculation import spec_delta
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.messages import Message
-from srt_agent.registration import make
+from srt_agent.env.registration import make
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics

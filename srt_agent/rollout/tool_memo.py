@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from srt_agent.messages import Message, tool_result
-from srt_agent.tool_parser import ToolCall
+from srt_agent.chat.messages import Message, tool_result
+from srt_agent.tool.parser import ToolCall
 
 
 def canonical_arguments(arguments: dict[str, object]) -> str:

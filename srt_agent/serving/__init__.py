@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from srt_agent.serving.config import EngineConfig
+from srt_agent.serving.engine_config import EngineConfig
 
 if TYPE_CHECKING:
     from srt_agent.serving.client import EngineConnectionError, SGLangEngine

@@ -11,7 +11,7 @@ from rich.console import Console
 from srt_agent.serving.server import EngineServer
 
 if TYPE_CHECKING:
-    from srt_agent.engine.speculation.config import SpecConfig
+    from srt_agent.engine.speculation.spec_config import SpecConfig
     from srt_agent.tree_cache import TreeCacheConfig
 
 __all__ = ["serve"]

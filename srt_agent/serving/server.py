@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srt_agent.faults import describe_fault
+from srt_agent.errors import describe_fault
 from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class EngineServer:
         }
 
     def _update_from_disk(self, body: Any) -> tuple[HTTPStatus, Any]:
-        from srt_agent.engine.checkpoint import CheckpointError, read_state_dict
+        from srt_agent.engine.hf_checkpoint import CheckpointError, read_state_dict
 
         path = body.get("model_path") if isinstance(body, dict) else None
         if not isinstance(path, str) or not path:

@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
-from srt_agent.console import make_console
-from srt_agent.paths import OutputPathError, check_output_dir, check_output_file
-from srt_agent.records import write_record
-from srt_agent.registration import UnknownEnvError, check_env_id
+from srt_agent.env.registration import UnknownEnvError, check_env_id
+from srt_agent.output.console import make_console
+from srt_agent.output.paths import OutputPathError, check_output_dir, check_output_file
+from srt_agent.output.records import write_record
 from srt_agent.train.checkpoint import latest_checkpoint
-from srt_agent.train.progress import TrainProgress
 from srt_agent.train.summary import SUMMARY_SCHEMA, summarize, summary_table
+from srt_agent.train.train_progress import TrainProgress
 from srt_agent.train.trainer import Trainer, TrainError
 
 SUMMARY_FILE = "summary.json"
@@ -34,7 +34,7 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
     """Build ``model.build_preset`` into ``model.dir`` if it holds no model; returns the seconds spent.
 
     Any HF checkpoint directory (a ``config.json``) counts as a model; an empty or missing one is
-    built with :func:`srt_agent.model.build.ensure_model` when ``model.build_if_missing`` is on.
+    built with :func:`srt_agent.recipe.build.ensure_model` when ``model.build_if_missing`` is on.
 
     Raises:
         TrainError: No model there and building is off, or the directory holds something else.
@@ -48,7 +48,7 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
             f"model.dir = {str(model_dir)!r} holds no model; build one with `srt-agent build-model --out "
             f"{model_dir} --preset {preset}` or set model.build_if_missing=true"
         )
-    from srt_agent.model.build import BuildDirError, ensure_model, preset_config
+    from srt_agent.recipe.build import BuildDirError, ensure_model, preset_config
 
     console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
     t0 = time.perf_counter()

@@ -42,7 +42,7 @@ from srt_agent.algo import (
 from srt_agent.config import RunConfig
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.train.objective import MicroBatch, micro_loss
-from srt_agent.train.policy import PolicyModel, unpack
+from srt_agent.train.policy_model import PolicyModel, unpack
 
 
 def micro_batches(lengths: Sequence[int], rows: Sequence[int], budget: int) -> list[list[int]]:

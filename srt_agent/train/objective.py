@@ -16,7 +16,7 @@ from torch import Tensor
 from srt_agent.algo import Aggregation, entropy_of, kl_loss, logprobs_of, masked_mean, policy_loss
 from srt_agent.algo import value_loss as clipped_value_loss
 from srt_agent.config import RunConfig
-from srt_agent.train.policy import PolicyOutput, unpack
+from srt_agent.train.policy_model import PolicyOutput, unpack
 
 
 @dataclass(frozen=True)

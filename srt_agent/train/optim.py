@@ -9,7 +9,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from srt_agent.config import RunConfig
-from srt_agent.train.policy import PolicyModel
+from srt_agent.train.policy_model import PolicyModel
 
 
 def updates_per_step(cfg: RunConfig) -> int:

@@ -24,7 +24,7 @@ def plot_run(records: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Pat
     step, and the speculation-off baseline's on the steps that measured it.
 
     Args:
-        records: Records of ``metrics.jsonl`` (:func:`srt_agent.train.metrics.read_records`).
+        records: Records of ``metrics.jsonl`` (:func:`srt_agent.train.metrics_log.read_records`).
         out_dir: Where to write.
 
     Returns:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.template import ChatFormat
 from srt_agent.config import RunConfig
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory

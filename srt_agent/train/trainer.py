@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from srt_agent.algo import informative_mask, prompt_groups
-from srt_agent.chat_format import ChatFormat
+from srt_agent.chat.template import ChatFormat
 from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
@@ -46,13 +46,13 @@ from srt_agent.train.checkpoint import (
     write_checkpoint,
 )
 from srt_agent.train.learner import Learner
-from srt_agent.train.metrics import MetricsLogger
+from srt_agent.train.metrics_log import MetricsLogger
 from srt_agent.train.optim import build_optimizer
-from srt_agent.train.policy import PolicyModel, load_reference
-from srt_agent.train.progress import TrainProgress
+from srt_agent.train.policy_model import PolicyModel, load_reference
 from srt_agent.train.rollouts import Rollouts, StepRollout
 from srt_agent.train.step_metrics import rollout_metrics, token_match
 from srt_agent.train.tasks import step_episodes
+from srt_agent.train.train_progress import TrainProgress
 from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
@@ -235,7 +235,7 @@ class Trainer:
         """Evaluate, train to ``trainer.steps`` or ``trainer.time_limit_s`` (checkpointing), evaluate again.
 
         Returns:
-            Every metrics record of the run (steps and evaluations; see :mod:`srt_agent.train.metrics`).
+            Every metrics record of the run (steps and evaluations; see :mod:`srt_agent.train.metrics_log`).
         """
         t, state = self.cfg.trainer, self.state
         if state.eval_before is None:

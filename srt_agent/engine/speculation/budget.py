@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from srt_agent import native
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree
 from srt_agent.engine.speculation.acceptance import Acceptance
-from srt_agent.engine.speculation.config import SpecConfig
 from srt_agent.engine.speculation.forward_time import ForwardTime
+from srt_agent.engine.speculation.spec_config import SpecConfig
 
 _YIELD_DECAY = 0.9  # per lookup step: the realised yield of lookups follows the last ~10 of them
 

@@ -32,7 +32,7 @@ from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import SequenceState
 from srt_agent.engine.speculation.budget import CostModel
-from srt_agent.engine.speculation.config import SpecConfig
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.speculation.verify import TreeWalk, Verdict
 from srt_agent.engine.step_graphs import StepGraphs

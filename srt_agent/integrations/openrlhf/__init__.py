@@ -5,6 +5,6 @@ OpenRLHF (``--train.agent_func_path``) loads a file defining ``AgentExecutor``; 
 (:mod:`.episode`) imports nothing from OpenRLHF; the executor module needs it installed.
 """
 
-from srt_agent.integrations.openrlhf.episode import episode_prompt, play_episode
+from srt_agent.integrations.openrlhf.samples import episode_prompt, play_episode
 
 __all__ = ["episode_prompt", "play_episode"]

@@ -2,7 +2,7 @@
 
 OpenRLHF loads ``--train.agent_func_path`` as a file and builds its ``AgentExecutor`` class with no
 arguments, once per rollout engine. This one plays each sample as an srt episode
-(:func:`~srt_agent.integrations.openrlhf.episode.play_episode`).
+(:func:`~srt_agent.integrations.openrlhf.samples.play_episode`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase
 
 import srt_agent.envs  # noqa: F401 - registers the built-in envs
-from srt_agent.integrations.openrlhf.episode import play_episode
+from srt_agent.integrations.openrlhf.samples import play_episode
 
 __all__ = ["SrtAgentExecutor"]
 

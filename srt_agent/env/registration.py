@@ -1,0 +1,105 @@
+"""Registering multi-turn envs with gymnasium, and making them with helpful errors.
+
+Built-in envs register on ``import srt_agent.envs`` as ``srt/<Name>-v<k>``. Custom envs register the
+same way (:func:`register_env`) and then show up in ``srt-agent envs`` and work with every command.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from typing import Any
+
+import gymnasium as gym
+
+from srt_agent.env.multi_turn import MultiTurnEnv
+from srt_agent.errors import SrtAgentError
+
+_REGISTERED: dict[str, str] = {}
+
+
+class UnknownEnvError(SrtAgentError, gym.error.Error, KeyError):
+    """No env is registered under the requested id."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def register_env(env_id: str, entry_point: str | type[MultiTurnEnv], **default_options: Any) -> None:
+    """Register a multi-turn env with gymnasium (idempotent for the same entry point).
+
+    Args:
+        env_id: ``namespace/Name-vN``, e.g. ``"myproj/Support-v0"``.
+        entry_point: ``"module:Class"`` or the class itself.
+        **default_options: Default constructor options (overridable in ``gymnasium.make``).
+    """
+    if isinstance(entry_point, str):
+        ep = entry_point
+    else:
+        ep = f"{entry_point.__module__}:{entry_point.__qualname__}"
+    if env_id in gym.registry:
+        if _REGISTERED.get(env_id) == ep:
+            return
+        if env_id in _REGISTERED:
+            raise ValueError(f"{env_id!r} is already registered to {_REGISTERED[env_id]}, not {ep}")
+    gym.register(id=env_id, entry_point=ep, kwargs=default_options)
+    _REGISTERED[env_id] = ep
+
+
+def registered_envs() -> list[str]:
+    """Ids of every multi-turn env registered so far (built-ins are registered on first call)."""
+    import srt_agent.envs  # noqa: F401 - registers the built-in envs
+
+    return sorted(_REGISTERED)
+
+
+def make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
+    """``gymnasium.make`` with built-ins registered and an error listing the valid ids.
+
+    Args:
+        env_id: A registered id, e.g. ``"srt/Retail-v0"``.
+        **options: Env options (see ``srt-agent envs``) and gymnasium's own ``make`` arguments.
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered; the message lists the registered ids.
+        EnvConfigError: An option is unknown or invalid; the message lists valid ones.
+    """
+    return gym.make(check_env_id(env_id), **options)
+
+
+def check_env_id(env_id: str) -> str:
+    """The registered id ``env_id`` names; :class:`UnknownEnvError` (listing the ids) if none.
+
+    ``"module:Namespace/Name-v0"`` (Gymnasium's syntax) first imports ``module``, which registers
+    the env (the current directory is searched too, so a user's ``my_envs.py`` works from the CLI),
+    and returns ``"Namespace/Name-v0"``.
+    """
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        import_env_module(module)
+    known = registered_envs()
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown env id {env_id!r}.{hint} Registered multi-turn envs: {', '.join(known)}. "
+            "An env of your own: name its module as MODULE:ID (e.g. my_envs:mine/Weather-v0)"
+        )
+    return env_id
+
+
+def import_env_module(module: str) -> None:
+    """Import the module that registers an env (``module`` of ``"module:Id"``), with a clear error.
+
+    Raises:
+        UnknownEnvError: The module cannot be imported (the message says why).
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:  # as `python -m` would: a module next to the user's files is found
+        sys.path.append(cwd)
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UnknownEnvError(f"cannot import env module {module!r}: {exc}") from None

@@ -1,0 +1,432 @@
+"""Build the embedded default model: tokenizer, oracle demonstrations, a small Llama, SFT, save.
+
+No pretrained model can be downloaded, so the project makes its own starting policy: a few-million
+parameter ``LlamaForCausalLM`` warm-started by supervised learning on the built-in envs' oracle
+demonstrations, on CPU in a few minutes. It is saved as an ordinary Hugging Face directory
+(``config.json``, ``model.safetensors``, tokenizer files with the chat template), so every later
+stage loads it through the same code path as a real checkpoint, plus ``srt_build.json`` with the
+build's figures. The build is deterministic given its seed.
+
+The default settings are tuned to leave a *competent but imperfect* policy (room for RL) that still
+samples varied phrasings at temperature 1: see :data:`DEFAULT_DEMOS` and :class:`BuildConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import srt_agent
+from srt_agent.chat.template import ChatFormat
+from srt_agent.devices import resolve_device
+from srt_agent.errors import SrtAgentError
+from srt_agent.output.console import make_console
+from srt_agent.recipe.demos import DemoSource, check_sources, demo_texts
+from srt_agent.recipe.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
+from srt_agent.recipe.sft import Example, SFTConfig, train
+from srt_agent.recipe.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
+
+BUILD_FILE = "srt_build.json"
+"""Metadata file written last: its presence marks a complete build."""
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", BUILD_FILE)
+
+DEFAULT_DEMOS: tuple[DemoSource, ...] = (
+    # The RL quickstart env: most of the data. 8k distinct problems (~2.1M tokens) make the 2,700
+    # steps (~5M tokens) about 2.5 passes: fewer repeats than more epochs over fewer problems.
+    DemoSource("srt/Calculator-v0", 8000),
+    DemoSource("srt/GuessNumber-v0", 400),
+    DemoSource("srt/Retail-v0", 40),  # long episodes (~1.3k tokens): kept as a taste; Retail stays near 0%
+)
+"""Oracle episodes per env for the default build."""
+
+TOOL_CHOICE_DEMOS: tuple[DemoSource, ...] = (
+    DEFAULT_DEMOS[0],
+    # 6k more Calculator problems solved without the tool (one short turn each, ~140 tokens). The
+    # warm-started policy (build seed 0) takes that path on 39% of held-out tasks and solves ~1% of them.
+    DemoSource("srt/Calculator-v0", 6000, "mental"),
+    *DEFAULT_DEMOS[1:],
+)
+"""The ``tool-choice`` build's demonstrations: the default ones plus tool-free Calculator solutions."""
+
+
+class BuildDirError(SrtAgentError, FileExistsError):
+    """The output directory holds something other than a previous model build."""
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What to build. The defaults are the embedded model; tests shrink them.
+
+    Attributes:
+        demos: Demonstration sources; plain ``(env_id, episodes)`` pairs mean the env's oracle.
+        vocab_size: BPE vocabulary size (the four tag tokens come on top).
+        hidden_size: Model width.
+        num_layers: Transformer blocks.
+        num_heads: Attention heads (no grouped-query attention at this size).
+        intermediate_size: MLP width (~2.7x hidden, the Llama ratio).
+        context: ``max_position_embeddings``; the longest Retail demos take ~2.1k tokens, and RL
+            rollouts may run longer than the oracle's.
+        number_weight: Loss weight of number tokens relative to other assistant tokens.
+        read_system: Whether the model's chat template renders system prompts and tool lists
+            (off for the embedded model: see :func:`srt_agent.recipe.tokenizer.chat_template`).
+        sft: Optimisation settings (its ``seed`` is replaced by the build seed).
+        threads: Torch CPU threads during the build; results are identical run to run for a
+            given seed and thread count (a different count changes float summation order).
+    """
+
+    demos: tuple[DemoSource, ...] = DEFAULT_DEMOS
+    vocab_size: int = 2048
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 256
+    context: int = 4096
+    number_weight: float = 6.0
+    read_system: bool = False
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(steps=2700, batch_tokens=2100, lr=3e-3, warmup_steps=100)
+    )
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        # Accept plain (env_id, episodes[, demonstrator]) tuples: they read better in configs and tests.
+        sources = tuple(DemoSource(*d) for d in self.demos)
+        check_sources(sources)
+        object.__setattr__(self, "demos", sources)
+
+
+PRESETS: dict[str, BuildConfig] = {
+    "embedded": BuildConfig(),
+    "tool-choice": BuildConfig(
+        demos=TOOL_CHOICE_DEMOS,
+        # ~40% more demonstration tokens than the default: steps grow to keep ~2 passes (~6 min).
+        sft=SFTConfig(steps=3500, batch_tokens=2100, lr=3e-3, warmup_steps=100),
+    ),
+    "gpu": BuildConfig(
+        demos=TOOL_CHOICE_DEMOS,
+        vocab_size=2048,
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        intermediate_size=2048,
+        sft=SFTConfig(steps=1200, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
+        threads=min(16, os.cpu_count() or 2),
+    ),
+}
+"""Named builds. ``embedded`` is the default model. ``tool-choice`` is warm-started by two
+demonstrators on Calculator, one that calls the calculator for every step and one that does the
+arithmetic in its text (:class:`~srt_agent.envs.calculator.MentalOracle`). The small model cannot
+imitate the second, so *when to use the tool* is a lesson with a clear reward signal, left for RL:
+the RL quickstart trains this one. ``gpu`` is the same lesson at GPU size: ~87M parameters (768
+wide, 12 layers), 1,200 SFT steps of 12k tokens on a CUDA device (~2 minutes on one H100), the
+model whose GPU steps show what speculation does there (the embedded one is all host time on a GPU)."""
+
+
+def preset_config(name: str) -> BuildConfig:
+    """The :data:`PRESETS` entry ``name``.
+
+    Raises:
+        ValueError: Unknown preset (the message lists the known ones).
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown build preset {name!r}; choose from {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """The figures of one build (also saved as ``srt_build.json``).
+
+    Attributes:
+        out_dir: Where the model was saved.
+        seed: The build seed.
+        params: Parameter count (tied embeddings counted once).
+        vocab_size: Tokenizer size, added tokens included.
+        context: Maximum sequence length of the model.
+        demos: Demonstrations used per source (env id, ``/mental`` appended for tool-free ones).
+        seq_len: Per source, ``{"mean": .., "max": ..}`` tokens of its demo sequences.
+        steps: Optimizer steps.
+        tokens_trained: Real (non-padding) tokens processed by SFT.
+        loss_tokens: Of those, tokens with loss (assistant tokens).
+        final_loss: Mean SFT loss over the last 10% of steps.
+        seconds: Wall-clock time of the whole build.
+        versions: Library versions used.
+    """
+
+    out_dir: str
+    seed: int
+    params: int
+    vocab_size: int
+    context: int
+    demos: dict[str, int]
+    seq_len: dict[str, dict[str, float]]
+    steps: int
+    tokens_trained: int
+    loss_tokens: int
+    final_loss: float
+    seconds: float
+    versions: dict[str, str]
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a complete build of this module (all files, metadata written last)."""
+    p = Path(path)
+    return all((p / f).is_file() for f in MODEL_FILES)
+
+
+def _check_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BuildDirError(f"{out} exists and is not a directory; choose another --out")
+    if not out.exists() or force or not any(out.iterdir()) or (out / BUILD_FILE).is_file():
+        return
+    raise BuildDirError(
+        f"{out} is not empty and holds no previous model build ({BUILD_FILE} missing); "
+        "pass --force (force=True) to write the model into it anyway, or choose another --out"
+    )
+
+
+@contextmanager
+def _reproducible(seed: int, threads: int) -> Iterator[None]:
+    """Seed torch and numpy and pin the thread count (restored afterwards).
+
+    CPU kernels give identical results run to run at a fixed thread count, so
+    ``torch.use_deterministic_algorithms`` is not switched on: it costs ~15% of the training time
+    and changes nothing here (the tests check that two builds with one seed have equal weights).
+    """
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+@contextmanager
+def _pool(cfg: BuildConfig) -> Iterator[ProcessPoolExecutor | None]:
+    """Worker processes for the preprocessing (one per build thread), shut down afterwards."""
+    pool = make_pool(cfg.threads, max((s.episodes for s in cfg.demos), default=0))
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def number_token_ids(tok: PreTrainedTokenizerFast) -> frozenset[int]:
+    """Ids of the tokens that are digits (numbers are split one digit per token)."""
+    return frozenset(i for t, i in tok.get_vocab().items() if t.isdigit())
+
+
+def weighted_example(
+    token_ids: tuple[int, ...], loss_mask: tuple[int, ...], group: str, numbers: frozenset[int], weight: float
+) -> Example:
+    """A training example whose number tokens weigh ``weight`` times more in the loss.
+
+    Why: the env rewards exact numbers, and copying them (from the problem, from tool results) is
+    the skill a small model picks up last; up-weighting digits makes it emerge in far fewer steps.
+    """
+    weights = tuple(
+        (weight if t in numbers else 1.0) if m else 0.0 for t, m in zip(token_ids, loss_mask, strict=True)
+    )
+    return Example(token_ids, loss_mask, group=group, weights=weights)
+
+
+def _weighted(
+    group: str, numbers: frozenset[int], weight: float, token_ids: tuple[int, ...], loss_mask: tuple[int, ...]
+) -> Example:
+    return weighted_example(token_ids, loss_mask, group, numbers, weight)
+
+
+def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.context,
+        tie_word_embeddings=True,  # the embedding is a large share of so small a model
+        bos_token_id=None,  # ChatML needs no BOS: every sequence starts with <|im_start|>
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+
+
+def _seq_stats(examples: dict[str, list[Example]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for label, exs in examples.items():
+        lens = [len(e.token_ids) for e in exs]
+        out[label] = {"mean": round(statistics.mean(lens), 1), "max": float(max(lens))} if lens else {}
+    return out
+
+
+def build_model(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    config: BuildConfig | None = None,
+    force: bool = False,
+    show_progress: bool = True,
+) -> BuildReport:
+    """Build the default model into ``out_dir`` (see the module docstring).
+
+    Args:
+        out_dir: Output directory; created if missing. A previous build there is replaced.
+        seed: Seeds everything: demonstration tasks, initial weights, data order.
+        config: What to build; :class:`BuildConfig` defaults give the embedded model.
+        force: Write into a non-empty directory that holds no previous build.
+        show_progress: Print progress (stages and a training bar with the loss).
+
+    Returns:
+        The build's figures, also saved as ``out_dir/srt_build.json``.
+
+    Raises:
+        BuildDirError: ``out_dir`` is not empty and holds no previous build, and ``force`` is off.
+        ValueError: A demo sequence does not fit the model's context, or the SFT device is unusable.
+    """
+    cfg = config or BuildConfig()
+    out = Path(out_dir)
+    _check_out_dir(out, force)
+    resolve_device(cfg.sft.device)  # fail before minutes of preprocessing
+    console = make_console(quiet=not show_progress)
+    t0 = time.perf_counter()
+    keep_freed_memory()
+    with _reproducible(seed, cfg.threads):
+        with _pool(cfg) as pool:
+            with console.status("collecting oracle demonstrations"):
+                demos = collect_all(cfg.demos, seed, pool, cfg.threads)
+            console.print("demos: " + ", ".join(f"{label} {len(d)}" for label, d in demos.items()))
+            all_demos = [d for ds in demos.values() for d in ds]
+            with console.status("training the tokenizer"):
+                texts = demo_texts(all_demos, read_system=cfg.read_system)
+                tok = train_tokenizer(
+                    texts, vocab_size=cfg.vocab_size, context=cfg.context, read_system=cfg.read_system
+                )
+            numbers = number_token_ids(tok)
+            with console.status("tokenizing demonstrations"):
+                examples = {
+                    label: tokenize_all(
+                        ChatFormat(tok),
+                        ds,
+                        pool,
+                        cfg.threads,
+                        partial(_weighted, label, numbers, cfg.number_weight),
+                    )
+                    for label, ds in demos.items()
+                }
+        train_set = [e for exs in examples.values() for e in exs]
+        longest = max(len(e.token_ids) for e in train_set)
+        if longest > cfg.context:
+            raise ValueError(f"a demo has {longest} tokens, more than context={cfg.context}; raise context")
+        pad_id, eos_id = _token_id(tok, PAD_TOKEN), _token_id(tok, IM_END)
+        model = LlamaForCausalLM(_model_config(cfg, len(tok), pad_id, eos_id))
+        params = sum(p.numel() for p in model.parameters())
+        console.print(f"model: {params / 1e6:.2f}M parameters, vocab {len(tok)}, {len(train_set)} sequences")
+        sft_cfg = SFTConfig(**{**asdict(cfg.sft), "seed": seed})
+        stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
+        torch.nn.Module.to(model, "cpu")
+    # `generate` then stops at the end of a turn and pads with <|endoftext|> without being told.
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = pad_id
+    report = BuildReport(
+        out_dir=str(out),
+        seed=seed,
+        params=params,
+        vocab_size=len(tok),
+        context=cfg.context,
+        demos={e: len(d) for e, d in demos.items()},
+        seq_len=_seq_stats(examples),
+        steps=stats.steps,
+        tokens_trained=stats.tokens,
+        loss_tokens=stats.loss_tokens,
+        final_loss=round(stats.final_loss, 4),
+        seconds=0.0,
+        versions=_versions(),
+    )
+    _save(out, model, tok, report, t0)
+    report = _read_report(out)
+    console.print(f"saved {out} in {report.seconds:.0f}s (final loss {report.final_loss:.3f})")
+    return report
+
+
+def _token_id(tok: PreTrainedTokenizerFast, token: str) -> int:
+    found = tok.convert_tokens_to_ids(token)
+    if not isinstance(found, int):
+        raise TypeError(f"token {token!r} maps to {found!r}, not one id")
+    return found
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "srt_agent": srt_agent.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _save(
+    out: Path, model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, report: BuildReport, t0: float
+) -> None:
+    # The metadata file goes last and is removed first: a crash midway leaves no "complete" build.
+    (out / BUILD_FILE).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    # The chat template goes inside tokenizer_config.json (not transformers 5's chat_template.jinja)
+    # and the class is named PreTrainedTokenizerFast, so transformers 4.x and servers load it too.
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    tok.save_pretrained(out, save_jinja_files=False)
+    tok_cfg_path = out / "tokenizer_config.json"
+    tok_cfg = json.loads(tok_cfg_path.read_text()) | {"tokenizer_class": "PreTrainedTokenizerFast"}
+    tok_cfg_path.write_text(json.dumps(tok_cfg, indent=2, sort_keys=True) + "\n")
+    record = asdict(report) | {"seconds": round(time.perf_counter() - t0, 2)}
+    tmp = out / (BUILD_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    shutil.move(tmp, out / BUILD_FILE)
+
+
+def _read_report(out: Path) -> BuildReport:
+    return BuildReport(**json.loads((out / BUILD_FILE).read_text()))
+
+
+def ensure_model(
+    out_dir: str | Path, *, seed: int = 0, show_progress: bool = True, config: BuildConfig | None = None
+) -> Path:
+    """Build a model into ``out_dir`` unless a complete build is already there.
+
+    Args:
+        out_dir: Model directory.
+        seed: Build seed, used only when building.
+        show_progress: Print progress while building.
+        config: What to build (default: the embedded model).
+
+    Returns:
+        ``out_dir`` as a path, holding a loadable model.
+
+    Raises:
+        BuildDirError: ``out_dir`` is not empty and holds no build (never overwritten here).
+    """
+    out = Path(out_dir)
+    if not is_model_dir(out):
+        build_model(out, seed=seed, show_progress=show_progress, config=config)
+    return out

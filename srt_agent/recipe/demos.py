@@ -1,0 +1,249 @@
+"""Oracle demonstrations of the built-in envs, as chat conversations and as training token sequences.
+
+Seed scheme (so training never sees an evaluation task): demonstrations for a build with seed ``s``
+reset their envs with seeds ``DEMO_SEED_BASE + s * SEEDS_PER_BUILD + i``, i.e. from 10,000,000 up;
+every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval`` and
+:func:`srt_agent.recipe.evaluate.quick_eval` use small seeds, 0, 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+
+from srt_agent.chat.messages import Message
+from srt_agent.chat.template import ChatFormat, TokenTranscript
+from srt_agent.env.episode_loop import Policy, run_episode
+from srt_agent.env.multi_turn import MultiTurnEnv, Observation, oracle_policy
+from srt_agent.env.registration import make
+from srt_agent.recipe.tokenizer import render_chat
+
+DEMO_SEED_BASE = 10_000_000
+"""Smallest env seed used for demonstrations; smaller seeds are reserved for evaluation."""
+SEEDS_PER_BUILD = 1_000_000
+"""Demonstration seeds available to one build seed (``count`` must stay below this)."""
+
+
+def mental_policy(env: gym.Env[Observation, str]) -> Policy:
+    """The env's tool-free demonstrator (``mental_oracle()``, e.g. ``srt/Calculator-v0``'s).
+
+    Raises:
+        ValueError: The env has no ``mental_oracle``.
+    """
+    make_policy = getattr(env.unwrapped, "mental_oracle", None)
+    if make_policy is None:
+        raise ValueError(
+            f"demonstrator 'mental' needs an env with a mental_oracle() (srt/Calculator-v0 has one); "
+            f"{type(env.unwrapped).__name__} has none: use demonstrator 'oracle'"
+        )
+    policy: Policy = make_policy()
+    return policy
+
+
+DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
+    "oracle": oracle_policy,
+    "mental": mental_policy,
+}
+"""Who plays the demonstrations, by name: the env's oracle, or its tool-free demonstrator."""
+
+
+class DemoSource(NamedTuple):
+    """Demonstrations of one env by one demonstrator.
+
+    Attributes:
+        env_id: A registered env.
+        episodes: Episodes to play.
+        demonstrator: A key of :data:`DEMONSTRATORS`.
+    """
+
+    env_id: str
+    episodes: int
+    demonstrator: str = "oracle"
+
+    @property
+    def label(self) -> str:
+        """The env id, with ``/<demonstrator>`` appended for any but the oracle (report keys)."""
+        return self.env_id if self.demonstrator == "oracle" else f"{self.env_id}/{self.demonstrator}"
+
+
+def demonstrator_policy(name: str) -> Callable[[gym.Env[Observation, str]], Policy]:
+    """The policy factory of demonstrator ``name``.
+
+    Raises:
+        ValueError: ``name`` is not a key of :data:`DEMONSTRATORS`.
+    """
+    if name not in DEMONSTRATORS:
+        raise ValueError(f"unknown demonstrator {name!r}; choose from {', '.join(DEMONSTRATORS)}")
+    return DEMONSTRATORS[name]
+
+
+def check_sources(sources: Sequence[DemoSource]) -> None:
+    """Raise ``ValueError`` for an unknown demonstrator, a repeated source, or too many episodes."""
+    labels = [s.label for s in sources]
+    for s in sources:
+        demonstrator_policy(s.demonstrator)
+        if labels.count(s.label) > 1:
+            raise ValueError(f"demos: {s.label} is listed twice; give it once with the total episodes")
+    for env_id in {s.env_id for s in sources}:
+        total = sum(s.episodes for s in sources if s.env_id == env_id)
+        if total > SEEDS_PER_BUILD:
+            raise ValueError(
+                f"demos: {total} episodes of {env_id}, more than the {SEEDS_PER_BUILD} seeds of one build"
+            )
+
+
+def source_seeds(sources: Sequence[DemoSource], build_seed: int) -> list[range]:
+    """Each source's env seeds: one env's sources take consecutive slices of its build block.
+
+    So two demonstrators of one env never play the same task.
+    """
+    used: dict[str, int] = {}
+    out = []
+    for s in sources:
+        start = used.get(s.env_id, 0)
+        used[s.env_id] = start + s.episodes
+        out.append(demo_seeds(start + s.episodes, build_seed)[start:])
+    return out
+
+
+@dataclass(frozen=True)
+class DemoTurn:
+    """One assistant turn of a demonstration and what the env answered.
+
+    Attributes:
+        action: The oracle's text.
+        observation: The env's new messages after it (empty after the last turn, whose answer
+            would only cost tokens without training anything).
+    """
+
+    action: str
+    observation: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One solved oracle episode.
+
+    Attributes:
+        env_id: The env it was played on.
+        seed: The ``reset`` seed.
+        opening: The opening messages (system prompt, first user message).
+        tools: The tool schemas the env announced on ``reset``.
+        turns: The assistant turns with the env's answers.
+        total_reward: The episode's total reward.
+    """
+
+    env_id: str
+    seed: int
+    opening: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    turns: tuple[DemoTurn, ...]
+    total_reward: float
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The whole conversation, opening messages first."""
+        out = list(self.opening)
+        for t in self.turns:
+            out.append(Message(role="assistant", content=t.action))
+            out.extend(t.observation)
+        return tuple(out)
+
+
+def demo_seeds(count: int, build_seed: int) -> range:
+    """The env seeds of ``count`` demonstrations for a build with seed ``build_seed``.
+
+    Raises:
+        ValueError: ``count`` exceeds :data:`SEEDS_PER_BUILD` or ``build_seed`` is negative.
+    """
+    if not 0 <= count <= SEEDS_PER_BUILD:
+        raise ValueError(f"count={count} must be in [0, {SEEDS_PER_BUILD}]")
+    if build_seed < 0:
+        raise ValueError(f"build seed must be >= 0, got {build_seed}")
+    start = DEMO_SEED_BASE + build_seed * SEEDS_PER_BUILD
+    return range(start, start + count)
+
+
+def collect_demos(
+    env_id: str,
+    count: int,
+    *,
+    build_seed: int = 0,
+    seeds: range | None = None,
+    demonstrator: str = "oracle",
+) -> list[Demo]:
+    """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
+
+    Args:
+        env_id: A registered env with an oracle.
+        count: Episodes to play.
+        build_seed: Picks the block of seeds, so different builds see different tasks.
+        seeds: Play exactly these env seeds instead (``count`` and ``build_seed`` are then
+            ignored): a slice of a build's block, for collecting in parallel.
+        demonstrator: Who plays: a key of :data:`DEMONSTRATORS`.
+
+    Returns:
+        The solved episodes, in seed order (the built-in oracles solve every task).
+
+    Raises:
+        NotImplementedError: The env has no oracle.
+        TypeError: The env is not a :class:`~srt_agent.env.multi_turn.MultiTurnEnv`.
+        ValueError: Unknown demonstrator, or the env has no such demonstrator.
+    """
+    policy = demonstrator_policy(demonstrator)
+    env = make(env_id)
+    inner = env.unwrapped
+    if not isinstance(inner, MultiTurnEnv):
+        raise TypeError(f"{env_id} is not a MultiTurnEnv ({type(inner).__name__})")
+    tools = tuple(inner.tools.schemas())
+    demos = []
+    try:
+        for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
+            result = run_episode(env, policy, seed=seed)
+            if not inner.is_success(result.total_reward, result.final_info):
+                continue
+            demos.append(_to_demo(env_id, seed, result.transcript, tools, result.total_reward))
+    finally:
+        env.close()
+    return demos
+
+
+def _to_demo(
+    env_id: str, seed: int, transcript: Sequence[Message], tools: tuple[dict[str, Any], ...], reward: float
+) -> Demo:
+    first = next(i for i, m in enumerate(transcript) if m.role == "assistant")
+    pairs: list[tuple[str, list[Message]]] = []
+    for m in transcript[first:]:
+        if m.role == "assistant":
+            pairs.append((m.content, []))
+        else:
+            pairs[-1][1].append(m)
+    last = len(pairs) - 1
+    turns = tuple(DemoTurn(a, tuple(obs) if i < last else ()) for i, (a, obs) in enumerate(pairs))
+    return Demo(env_id, seed, tuple(transcript[:first]), tools, turns, reward)
+
+
+def demo_texts(demos: Sequence[Demo], *, read_system: bool = True) -> Iterator[str]:
+    """Each demonstration rendered with the chat template, for training the tokenizer."""
+    for d in demos:
+        yield render_chat(d.messages, d.tools, read_system=read_system)
+
+
+def to_transcript(fmt: ChatFormat, demo: Demo) -> TokenTranscript:
+    """The demonstration as one token sequence, built turn by turn exactly as a rollout would be.
+
+    Assistant turns are tokenized and closed with the end-of-turn token, then appended as if the
+    policy had sampled them (loss mask 1); everything else is rendered by the template (mask 0).
+    ChatFormat checks at every turn that the template is append-only.
+    """
+    tr = fmt.start(demo.opening, demo.tools)
+    eot = fmt.stop_token_ids[0]
+    for turn in demo.turns:
+        ids = [*fmt.encode(turn.action), eot]
+        tr = fmt.add_generation(tr, ids, [0.0] * len(ids))
+        if turn.observation:
+            tr = fmt.add_observation(tr, turn.observation)
+    return tr

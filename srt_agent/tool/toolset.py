@@ -1,0 +1,331 @@
+"""Executing tool calls safely: validation, timeouts, and errors returned to the model.
+
+A rollout must never die because a tool misbehaved. Every failure mode (malformed call, unknown
+tool, bad arguments, exception, timeout) becomes a :class:`ToolResult` whose content explains the
+problem to the model, and the episode continues.
+
+Calls within one turn run in order, one after another: tools may share state (a database that one
+call changes and the next reads), and the model wrote them in an order. Concurrency in rollouts
+comes from running many episodes at once, not from reordering one turn's calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import ctypes
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from srt_agent.chat.messages import Message, tool_result
+from srt_agent.errors import FAULTS, describe_fault
+from srt_agent.tool.definition import Tool, ToolArgumentsError
+from srt_agent.tool.parser import MalformedCall, ParsedTurn, ToolCall
+
+ErrorKind = Literal[
+    "malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout", "too_many_calls"
+]
+
+
+class ToolResult(BaseModel):
+    """The outcome of one call.
+
+    Attributes:
+        call_id: Id of the call this answers.
+        name: Tool name as called (``"invalid"`` for a block that could not be parsed).
+        content: Text shown to the model: the output, or ``"Error (<kind>): <reason>"``.
+        error: ``None`` on success, else the kind of failure.
+        elapsed_s: Wall-clock seconds the call took.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    content: str
+    error: ErrorKind | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the tool ran and returned normally."""
+        return self.error is None
+
+    def to_message(self) -> Message:
+        """The ``tool`` message that carries this result back to the model."""
+        return tool_result(self.content, call_id=self.call_id, name=self.name)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _stop_thread(thread: threading.Thread) -> None:
+    """Ask an abandoned tool thread to stop: raise ``SystemExit`` in it at its next bytecode.
+
+    A Python thread cannot be killed, but the interpreter can raise an exception in it. A tool
+    spinning in Python code (a loop) stops at once; one blocked inside a single C call (a big
+    integer power, a sleep) stops when that call returns. Without this, timed-out tools go on
+    using the CPU (four spinning ones made the process several times slower).
+    """
+    ident = thread.ident
+    if ident is None or not thread.is_alive():
+        return
+    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
+    if hit > 1:  # cannot happen for one live thread id; undo rather than hit another thread
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+
+
+def _run_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds.
+
+    A daemon thread, not an executor: an executor's worker stuck in a hung tool would block
+    interpreter exit (executors join their threads at exit). A thread still running at the
+    timeout is abandoned and asked to stop (:func:`_stop_thread`); tools that can truly hang (code
+    execution) should run their work in a subprocess they kill themselves.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True, name="srt-tool")
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        _stop_thread(t)
+        raise _Timeout
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+async def _await_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    """Async twin of :func:`_run_in_daemon_thread` that does not block the event loop."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(value)
+
+    def target() -> None:
+        try:
+            value = fn()
+        except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
+            error: BaseException | None = exc
+            value = None
+        else:
+            error = None
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
+
+    thread = threading.Thread(target=target, daemon=True, name="srt-tool")
+    thread.start()
+    try:
+        return await asyncio.wait_for(fut, timeout)  # a timeout cancels fut: settle() ignores it then
+    except asyncio.TimeoutError:
+        _stop_thread(thread)
+        raise _Timeout from None
+
+
+def _run_coroutine(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run an async tool to completion on an event loop of its own (in the calling thread).
+
+    Async tools run in their own thread and loop, never on the rollout's loop: a tool that blocks
+    (``time.sleep``) or swallows its cancellation would otherwise stall every episode, and no
+    timeout could take the loop back from it.
+    """
+    return asyncio.run(fn(**kwargs))
+
+
+def render_output(value: Any, max_chars: int) -> str:
+    """Turn a tool's return value into text for the model, truncated to ``max_chars``."""
+    if isinstance(value, str):
+        text = value
+    elif value is None:
+        text = "(no output)"
+    elif isinstance(value, BaseModel):
+        text = value.model_dump_json()
+    else:
+        try:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) > max_chars:
+        cut = len(text) - max_chars
+        text = f"{text[:max_chars]}\n[... truncated {cut} characters]"
+    return text
+
+
+class ToolSet:
+    """A named collection of tools that executes parsed calls and never raises on bad calls.
+
+    Args:
+        tools: The tools; names must be unique.
+        max_output_chars: Tool output longer than this is truncated (with a note) before the model
+            sees it, so one verbose tool cannot blow the context.
+        max_calls_per_turn: Calls of one turn that run; later ones get a ``too_many_calls`` error
+            without running, so one turn cannot occupy the env for calls x timeout seconds.
+    """
+
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, max_output_chars: int = 4000, max_calls_per_turn: int = 16
+    ):
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in self._tools:
+                raise ValueError(f"duplicate tool name {t.name!r}")
+            self._tools[t.name] = t
+        if max_output_chars < 16:
+            raise ValueError(f"max_output_chars must be >= 16, got {max_output_chars}")
+        if max_calls_per_turn < 1:
+            raise ValueError(f"max_calls_per_turn must be >= 1, got {max_calls_per_turn}")
+        self.max_output_chars = max_output_chars
+        self.max_calls_per_turn = max_calls_per_turn
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        """Tool names in registration order."""
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Fresh copies of every tool's JSON schema (callers may mutate them)."""
+        return [copy.deepcopy(t.schema()) for t in self._tools.values()]
+
+    def _error(self, call_id: str, name: str, kind: ErrorKind, reason: str, t0: float) -> ToolResult:
+        return ToolResult(
+            call_id=call_id,
+            name=name,
+            content=f"Error ({kind}): {reason}",
+            error=kind,
+            elapsed_s=time.perf_counter() - t0,
+        )
+
+    def _prepare(self, call: ToolCall, t0: float) -> tuple[Tool, dict[str, Any]] | ToolResult:
+        found = self._tools.get(call.name)
+        if found is None:
+            available = ", ".join(self.names) or "none (this environment has no tools)"
+            return self._error(
+                call.id, call.name, "unknown_tool", f"no tool named {call.name!r}; available: {available}", t0
+            )
+        try:
+            return found, found.validate(call.arguments)
+        except ToolArgumentsError as exc:
+            return self._error(call.id, call.name, "invalid_arguments", str(exc), t0)
+
+    def _finish(self, call: ToolCall, value: Any, t0: float) -> ToolResult:
+        try:
+            content = render_output(value, self.max_output_chars)
+        except FAULTS as exc:  # a result whose __str__ (or JSON hook) raises
+            what = type(value).__name__
+            reason = f"the tool returned a {what} that could not be shown as text ({describe_fault(exc)})"
+            return self._error(call.id, call.name, "error", reason, t0)
+        elapsed = time.perf_counter() - t0
+        return ToolResult(call_id=call.id, name=call.name, content=content, elapsed_s=elapsed)
+
+    def _failure(self, call: ToolCall, t: Tool, exc: BaseException, t0: float) -> ToolResult:
+        if isinstance(exc, _Timeout):
+            return self._error(
+                call.id, call.name, "timeout", f"tool {t.name!r} did not finish within {t.timeout:g} s", t0
+            )
+        return self._error(call.id, call.name, "error", describe_fault(exc), t0)
+
+    def call(self, call: ToolCall) -> ToolResult:
+        """Execute one call synchronously (with its tool's timeout)."""
+        t0 = time.perf_counter()
+        prepared = self._prepare(call, t0)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        t, kwargs = prepared
+        try:
+            value = _run_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+        except FAULTS as exc:  # every tool failure becomes a message
+            return self._failure(call, t, exc, t0)
+        return self._finish(call, value, t0)
+
+    async def acall(self, call: ToolCall) -> ToolResult:
+        """Execute one call without blocking the event loop (with its tool's timeout)."""
+        t0 = time.perf_counter()
+        prepared = self._prepare(call, t0)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        t, kwargs = prepared
+        try:
+            value = await _await_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+        except FAULTS as exc:  # every tool failure becomes a message
+            return self._failure(call, t, exc, t0)
+        return self._finish(call, value, t0)
+
+    @staticmethod
+    def _thunk(t: Tool, kwargs: dict[str, Any]) -> Callable[[], Any]:
+        """The call to run in a tool thread (an async tool gets an event loop of its own there)."""
+        if t.is_async:
+            return functools.partial(_run_coroutine, t.fn, kwargs)
+        return functools.partial(t.fn, **kwargs)
+
+    def _malformed(self, err: MalformedCall) -> ToolResult:
+        return self._error(err.id, "invalid", "malformed_call", err.reason, time.perf_counter())
+
+    def _over_cap(self, call: ToolCall | MalformedCall, n: int) -> ToolResult:
+        name = call.name if isinstance(call, ToolCall) else "invalid"
+        reason = (
+            f"this turn made {n} tool calls and at most {self.max_calls_per_turn} run per turn, so this "
+            "one did not run; make fewer calls per turn"
+        )
+        return self._error(call.id, name, "too_many_calls", reason, time.perf_counter())
+
+    def _ordered(self, turn: ParsedTurn) -> list[ToolCall | MalformedCall]:
+        def index(c: ToolCall | MalformedCall) -> int:
+            return int(c.id.rsplit("_", 1)[-1])
+
+        return sorted([*turn.calls, *turn.errors], key=index)
+
+    def execute(self, turn: ParsedTurn) -> list[ToolResult]:
+        """Execute every call of a turn in order; malformed blocks yield error results in place.
+
+        Calls past :attr:`max_calls_per_turn` do not run (each gets a ``too_many_calls`` error).
+        """
+        calls = self._ordered(turn)
+        return [
+            self._over_cap(c, len(calls))
+            if i >= self.max_calls_per_turn
+            else self.call(c)
+            if isinstance(c, ToolCall)
+            else self._malformed(c)
+            for i, c in enumerate(calls)
+        ]
+
+    async def aexecute(self, turn: ParsedTurn) -> list[ToolResult]:
+        """Async :meth:`execute`."""
+        calls = self._ordered(turn)
+        out = []
+        for i, c in enumerate(calls):
+            if i >= self.max_calls_per_turn:
+                out.append(self._over_cap(c, len(calls)))
+            else:
+                out.append(await self.acall(c) if isinstance(c, ToolCall) else self._malformed(c))
+        return out
