@@ -15,8 +15,9 @@ from srt_agent.env.multi_turn import EnvConfigError, MultiTurnEnv
 from srt_agent.env.play import play as play_episode
 from srt_agent.env.registration import UnknownEnvError, check_env_id, make, registered_envs
 from srt_agent.output.console import make_console
-from srt_agent.output.paths import OutputPathError, check_output_file, default_model_dir, resolve_model_dir
-from srt_agent.output.records import build_record, write_record
+from srt_agent.output.paths import OutputPathError, default_model_dir, resolve_model_dir
+from srt_agent.output.records import build_record
+from srt_agent.output.reporting import check_outputs, print_error, write_json
 
 if TYPE_CHECKING:
     from srt_agent.config.sections import SpecSection
@@ -57,14 +58,7 @@ def _make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
     try:
         return make(env_id, **options)
     except (UnknownEnvError, EnvConfigError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-
-
-def _write_json(path: Path | None, record: dict[str, Any]) -> None:
-    if path is not None:
-        write_record(path, record)
-        console.print(f"[dim]wrote {path}[/dim]")
+        raise _report_error(exc) from None
 
 
 @app.command("envs")
@@ -99,8 +93,7 @@ def play_cmd(
     try:
         play_episode(env, seed=seed, oracle=oracle, console=console)
     except NotImplementedError as exc:
-        err_console.print(f"[red]error:[/red] {exc}; play it yourself without --oracle")
-        raise typer.Exit(2) from None
+        raise _report_error(f"{exc}; play it yourself without --oracle") from None
     finally:
         env.close()
 
@@ -117,7 +110,7 @@ def demo_cmd(
     envs_cmd()
     table, record, ok = oracle_table(registered_envs(), seed, episodes, console=console, quiet=quiet)
     console.print(table)
-    _write_json(json_path, record)
+    write_json(console, json_path, record)
     if not ok:
         err_console.print("[red]an oracle failed to solve every task[/red]")
         raise typer.Exit(1)
@@ -137,9 +130,9 @@ def _spec_options(config: Path | None, *, server: bool = False) -> SpecSection:
         raise _report_error(exc) from None
 
 
-def _report_error(exc: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2)
+def _report_error(error: Exception | str) -> typer.Exit:
+    """Print the error (see :func:`~srt_agent.output.reporting.print_error`); raise what it returns."""
+    return typer.Exit(print_error(err_console, error))
 
 
 def _check_outputs(*outputs: tuple[Path | None, str]) -> None:
@@ -148,9 +141,7 @@ def _check_outputs(*outputs: tuple[Path | None, str]) -> None:
     After the run it would be too late: the results would be lost.
     """
     try:
-        for path, what in outputs:
-            if path is not None:
-                check_output_file(path, what)
+        check_outputs(*outputs)
     except OutputPathError as exc:
         raise _report_error(exc) from None
 
@@ -216,7 +207,7 @@ def build_model_cmd(
     for key, value in record.items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(table)
-    _write_json(json_path, record)
+    write_json(console, json_path, record)
 
 
 @app.command("eval")
@@ -255,7 +246,7 @@ def eval_cmd(
     from srt_agent.serving.engine_config import EngineConfig
 
     try:
-        check_env_id(env)  # before the model loads: a typo should not take seconds to report
+        check_env_id(env)  # before the model is looked for: a typo should be the first thing said
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
     except (UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
@@ -363,7 +354,7 @@ def sglang_serve_cmd(
     options = _spec_options(config, server=True)
     refused = sglang_refusals(options, draft_tokens if config is not None else None)
     if refused:
-        raise _report_error(ValueError("; ".join(refused)))
+        raise _report_error("; ".join(refused))
     if draft_tokens is None:
         draft_tokens = options.max_draft_tokens + 1 if config is not None else 12
     try:
@@ -417,7 +408,7 @@ def bench_engine_cmd(
     from srt_agent.speed.random_model import SHAPES
 
     if shape is not None and shape not in SHAPES:
-        raise _report_error(ValueError(f"unknown --shape {shape!r}; choose from {', '.join(SHAPES)}"))
+        raise _report_error(f"unknown --shape {shape!r}; choose from {', '.join(SHAPES)}")
     try:
         sizes = tuple(int(b) for b in batch_sizes.split(","))
     except ValueError:

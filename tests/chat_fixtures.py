@@ -1,4 +1,4 @@
-"""A tiny byte-level BPE tokenizer with ChatML special tokens, for chat-format tests (no downloads)."""
+"""A tiny byte-level BPE tokenizer with ChatML special tokens, and a tiny Llama over it (no downloads)."""
 
 from pathlib import Path
 
@@ -26,3 +26,21 @@ def tiny_tokenizer(template: str = "qwen2.5.jinja") -> PreTrainedTokenizerFast:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.chat_template = (TEMPLATES / template).read_text()
     return fast
+
+
+def save_tiny_llama(path: Path, *, seed: int = 0, tie_word_embeddings: bool = True) -> Path:
+    """A 1-layer random Llama over :func:`tiny_tokenizer`, saved with it in ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), bos_token_id=None, pad_token_id=0,
+        tie_word_embeddings=tie_word_embeddings,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from chat_fixtures import save_tiny_llama
 from rich.console import Console
-from test_rollout_support import save_tiny_llama
 from typer.testing import CliRunner
 
 from srt_agent.cli import app

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_rollout_support import save_tiny_llama
+from chat_fixtures import save_tiny_llama
 
 pytestmark = pytest.mark.benchmarks
 

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import srt_agent.recipe.build as build_mod
 from srt_agent.chat.template import ChatFormat
-from srt_agent.recipe import BuildDirError, build_model, ensure_model, is_model_dir, quick_eval
+from srt_agent.recipe import BuildDirError, build_model, ensure_model, is_model_dir
 from srt_agent.recipe.build import BUILD_FILE, PRESETS, BuildConfig, preset_config
 from srt_agent.recipe.demos import DemoSource
 
@@ -108,14 +108,6 @@ def test_context_too_small_for_the_demos_is_reported(tmp_path: Path) -> None:
     cfg = BuildConfig(**{**TINY.__dict__, "demos": (("srt/GuessNumber-v0", 2),), "context": 64})
     with pytest.raises(ValueError, match="raise context"):
         build_model(tmp_path / "m", config=cfg, show_progress=False)
-
-
-def test_quick_eval_plays_whole_episodes(tiny_dir: Path) -> None:
-    res = quick_eval(tiny_dir, "srt/GuessNumber-v0", episodes=3, max_new_tokens=8, batch_size=2)
-    assert res.episodes == 3 and len(res.first_turns) == 3
-    assert 0.0 <= res.success_rate <= 1.0
-    # An untrained model rarely finds the number: most episodes run to the env's 12-turn limit.
-    assert 1 <= res.mean_turns <= 12 and res.context_overflows == 0
 
 
 def test_a_build_records_each_demonstrator_of_an_env_apart(tmp_path: Path) -> None:

@@ -35,3 +35,12 @@ def test_custom_env_registration_is_idempotent_and_conflicts_are_refused() -> No
     assert env.unwrapped.config.answer == "7"  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="already registered"):
         register_env("mytest/Generic-v0", "srt_agent.envs.calculator:CalculatorEnv")
+
+
+def test_check_env_checks_options_without_building_the_env() -> None:
+    from srt_agent.env.multi_turn import EnvConfigError
+    from srt_agent.env.registration import check_env
+
+    assert check_env("srt/Calculator-v0", {"max_turns": 3}) == "srt/Calculator-v0"
+    with pytest.raises(EnvConfigError, match="unknown option 'max_turn'"):
+        check_env("srt/Calculator-v0", {"max_turn": 3})

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from chat_fixtures import save_tiny_llama
 from scripted_engine import ScriptedEngine
-from test_rollout_support import SCRIPT_ENV, save_tiny_llama, tiny_format, turn_of
+from test_rollout_support import SCRIPT_ENV, tiny_format, turn_of
 
 from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.contracts.speculation import SpecStats, spec_delta

@@ -6,7 +6,6 @@
 * ``turn_of`` / ``episode_of``: read a scheduler request id (``<episode_id>#<turn>``);
 * ``chatml_history`` / ``oracle_responder``: let each env's oracle drive a ScriptedEngine by
   reading the conversation back from the prompt tokens;
-* ``save_tiny_llama``: a tiny random Llama with the tiny tokenizer (for the real TorchEngine).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import functools
 import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from chat_fixtures import tiny_tokenizer
@@ -146,20 +144,3 @@ def oracle_responder(fmt: ChatFormat, by_task: dict[str, Policy]) -> Callable[[G
         return by_task[req.task_id].act(chatml_history(fmt.decode(req.prompt_ids)))
 
     return respond
-
-
-def save_tiny_llama(path: Path) -> Path:
-    """A 1-layer random Llama over the tiny ChatML tokenizer, saved with it (no download)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), bos_token_id=None, pad_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path

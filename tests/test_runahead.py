@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from chat_fixtures import save_tiny_llama
 from scripted_engine import ScriptedEngine
-from test_rollout_support import save_tiny_llama, tiny_format, turn_of
+from test_rollout_support import tiny_format, turn_of
 
 from srt_agent.chat.messages import tool_result, user
 from srt_agent.contracts.generation import GenerationRequest, state_key

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_rollout_support import save_tiny_llama, tiny_format
+from chat_fixtures import save_tiny_llama
+from test_rollout_support import tiny_format
 
 from srt_agent.rollout import EpisodeSpec
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig

@@ -5,27 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
-from chat_fixtures import tiny_tokenizer
-from transformers import LlamaConfig, LlamaForCausalLM
+from chat_fixtures import save_tiny_llama
 
 from srt_agent.config import RunConfig, load_config
 
 
 def save_tiny_policy(path: Path, seed: int = 0) -> Path:
-    """A random 1-layer Llama over a ~400-token BPE vocabulary, with a ChatML template (no download)."""
-    tok = tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), bos_token_id=None, pad_token_id=0,
-        tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    """The tiny Llama with untied embeddings (the learner then updates head and embedding apart)."""
+    return save_tiny_llama(path, seed=seed, tie_word_embeddings=False)
 
 
 def tiny_settings(model_dir: Path, out_dir: Path, **sections: dict[str, Any]) -> dict[str, Any]:

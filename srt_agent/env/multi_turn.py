@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat
 
@@ -70,7 +70,8 @@ def describe_options(model: type[BaseModel]) -> str:
     return "\n".join(lines)
 
 
-def _validate_config(env_cls: type[MultiTurnEnv], options: dict[str, Any]) -> EnvConfig:
+def validate_config(env_cls: type[MultiTurnEnv], options: Mapping[str, Any]) -> EnvConfig:
+    """``options`` as ``env_cls``'s config model; :class:`EnvConfigError` listing valid options if not."""
     model = env_cls.config_model
     try:
         return model.model_validate(options)
@@ -125,7 +126,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
     config_model: ClassVar[type[EnvConfig]] = EnvConfig
 
     def __init__(self, render_mode: str | None = None, **options: Any):
-        self.config = _validate_config(type(self), options)
+        self.config = validate_config(type(self), options)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise EnvConfigError(
                 f"{type(self).__name__}: render_mode={render_mode!r} is not supported; "

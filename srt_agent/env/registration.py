@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
-from srt_agent.env.multi_turn import MultiTurnEnv
+from srt_agent.env.multi_turn import MultiTurnEnv, validate_config
 from srt_agent.errors import SrtAgentError
 
 _REGISTERED: dict[str, str] = {}
@@ -25,6 +28,10 @@ class UnknownEnvError(SrtAgentError, gym.error.Error, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+_MAKE_ARGUMENTS = frozenset({"max_episode_steps", "disable_env_checker"})
+"""Keywords of ``make`` that are Gymnasium's, not the env's."""
 
 
 def register_env(env_id: str, entry_point: str | type[MultiTurnEnv], **default_options: Any) -> None:
@@ -87,6 +94,32 @@ def check_env_id(env_id: str) -> str:
             f"unknown env id {env_id!r}.{hint} Registered multi-turn envs: {', '.join(known)}. "
             "An env of your own: name its module as MODULE:ID (e.g. my_envs:mine/Weather-v0)"
         )
+    return env_id
+
+
+def check_env(env_id: str, options: Mapping[str, Any] | None = None) -> str:
+    """:func:`check_env_id`, and ``options`` checked against the env's config model, building nothing.
+
+    A command checks its env this way before it loads a model, so a typo costs milliseconds; the
+    episodes then ``make`` their envs with the same options. Envs that are not :class:`MultiTurnEnv`
+    subclasses (a plain Gymnasium env, a factory function) have their options checked when made.
+
+    Returns:
+        The registered id (without a ``module:`` prefix).
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered.
+        EnvConfigError: An option is unknown or invalid; the message lists valid ones.
+    """
+    env_id = check_env_id(env_id)
+    spec = gym.spec(env_id)
+    entry = spec.entry_point
+    env_cls: Any = load_env_creator(entry) if isinstance(entry, str) else entry  # a class or a factory
+    if isinstance(env_cls, type) and issubclass(env_cls, MultiTurnEnv):
+        # Constructor parameters of its own (``render_mode``, a callback, ...) are not options.
+        own = set(inspect.signature(env_cls).parameters) | _MAKE_ARGUMENTS
+        given = {**spec.kwargs, **(options or {})}
+        validate_config(env_cls, {k: v for k, v in given.items() if k not in own})
     return env_id
 
 

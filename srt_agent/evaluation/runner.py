@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 
 from srt_agent.chat.template import ChatFormat
 from srt_agent.config.sections import SpecSection
@@ -22,12 +21,12 @@ from srt_agent.contracts.generation import Engine
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, make
+from srt_agent.env.registration import UnknownEnvError, check_env
 from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.output.console import make_console
-from srt_agent.output.paths import OutputPathError, check_output_file
-from srt_agent.output.records import write_record
+from srt_agent.output.paths import OutputPathError
+from srt_agent.output.reporting import check_outputs, print_error, write_json
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
@@ -127,7 +126,7 @@ def run_eval(
         ValueError: Bad counts or seeds, or an engine without ``fmt``.
     """
     specs = eval_episodes(env_id, episodes, k, first_seed=first_seed, env_options=env_options)
-    make(env_id, **(env_options or {})).close()  # fail fast on a bad id or options, before loading
+    check_env(env_id, env_options)  # a typo fails in milliseconds, before the model loads
     config = RolloutConfig(
         max_concurrent=max_concurrent,
         max_turns=max_turns,
@@ -243,9 +242,7 @@ def eval_command(
     out = console or make_console()
     try:
         # Checked before the run: results that cannot be written after it would be lost.
-        for path, what in ((json_path, "--json"), (trace_path, "--trace")):
-            if path is not None:
-                check_output_file(path, what)
+        check_outputs((json_path, "--json"), (trace_path, "--trace"))
         with RolloutProgress(episodes * k, description=env_id, console=out) as bar:
             report = run_eval(
                 env_id,
@@ -259,15 +256,11 @@ def eval_command(
                 **options,
             )
     except (UnknownEnvError, EnvConfigError, ModelLoadError, OutputPathError, ValueError) as exc:
-        # Text, not markup: messages quote user input that may contain "[...]".
-        out.print(Text.assemble(("error: ", "red"), str(exc)))
-        return 2
+        return print_error(out, exc)
     out.print(report.table())
     if trace_path is not None:
         out.print(f"[dim]wrote {trace_path}[/dim]")
-    if json_path is not None:
-        write_record(json_path, report.flat())
-        out.print(f"[dim]wrote {json_path}[/dim]")
+    write_json(out, json_path, report.flat())
     if report.failed:
         out.print(f"[red]{report.failed} episode(s) failed[/red]; see the log for the errors")
         return 1

@@ -1,7 +1,7 @@
 """The embedded default model: a small tokenizer and Llama built from the envs' oracle demonstrations.
 
 ``build_model(out_dir)`` trains and saves it (HF format); ``ensure_model(out_dir)`` builds only when
-the directory holds no build yet; ``quick_eval`` measures a model directory's success rate on an env.
+the directory holds no build yet. ``srt-agent eval`` measures a built model's success rate.
 """
 
 from srt_agent.recipe.build import (
@@ -12,15 +12,12 @@ from srt_agent.recipe.build import (
     ensure_model,
     is_model_dir,
 )
-from srt_agent.recipe.evaluate import EvalResult, quick_eval
 
 __all__ = [
     "BuildConfig",
     "BuildDirError",
     "BuildReport",
-    "EvalResult",
     "build_model",
     "ensure_model",
     "is_model_dir",
-    "quick_eval",
 ]

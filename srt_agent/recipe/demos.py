@@ -2,8 +2,8 @@
 
 Seed scheme (so training never sees an evaluation task): demonstrations for a build with seed ``s``
 reset their envs with seeds ``DEMO_SEED_BASE + s * SEEDS_PER_BUILD + i``, i.e. from 10,000,000 up;
-every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval`` and
-:func:`srt_agent.recipe.evaluate.quick_eval` use small seeds, 0, 1, 2, ...).
+every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval`` uses small seeds,
+0, 1, 2, ...).
 """
 
 from __future__ import annotations

@@ -10,11 +10,14 @@ from rich.console import Console
 from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
-from srt_agent.env.registration import UnknownEnvError, check_env_id
+from srt_agent.env.multi_turn import EnvConfigError
+from srt_agent.env.registration import UnknownEnvError, check_env
 from srt_agent.output.console import make_console
-from srt_agent.output.paths import OutputPathError, check_output_dir, check_output_file
+from srt_agent.output.paths import OutputPathError, check_output_dir
 from srt_agent.output.records import write_record
+from srt_agent.output.reporting import check_outputs, print_error, write_json
 from srt_agent.train.checkpoint import latest_checkpoint
+from srt_agent.train.plots import plot_run
 from srt_agent.train.summary import SUMMARY_SCHEMA, summarize, summary_table
 from srt_agent.train.train_progress import TrainProgress
 from srt_agent.train.trainer import Trainer, TrainError
@@ -23,11 +26,6 @@ SUMMARY_FILE = "summary.json"
 PLOTS_DIR = "plots"
 
 __all__ = ["SUMMARY_SCHEMA", "ensure_policy_model", "train_command"]
-
-
-def _error(console: Console, message: str) -> int:
-    console.print(Text.assemble(("error: ", "red"), message))  # text, not markup: paths may hold "[...]"
-    return 2
 
 
 def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
@@ -90,12 +88,12 @@ def train_command(
     try:
         cfg = load_config(config, overrides)
         # Checked before anything runs: a typo here should not cost a model build or a run.
-        check_env_id(cfg.env.id)
+        check_env(cfg.env.id, cfg.env.options)
         check_output_dir(cfg.trainer.out_dir, "trainer.out_dir")
-        if json_path is not None:
-            check_output_file(json_path, "--json")
-    except (ConfigError, UnknownEnvError, OutputPathError) as exc:
-        return _error(out, f"env.id: {exc}" if isinstance(exc, UnknownEnvError) else str(exc))
+        check_outputs((json_path, "--json"))
+    except (ConfigError, UnknownEnvError, EnvConfigError, OutputPathError) as exc:
+        where = {UnknownEnvError: "env.id: ", EnvConfigError: "env.options: "}.get(type(exc), "")
+        return print_error(out, f"{where}{exc}")
     try:
         build_s = ensure_policy_model(cfg, out)
         previous = latest_checkpoint(cfg.trainer.out_dir) if resume else None
@@ -113,7 +111,7 @@ def train_command(
             finally:
                 trainer.close()
     except TrainError as exc:
-        return _error(out, str(exc))
+        return print_error(out, exc)
     summary = summarize(
         records,
         cfg,
@@ -124,18 +122,11 @@ def train_command(
         announced=trainer.state.announced,
     )
     out_dir = Path(cfg.trainer.out_dir)
-    try:
-        from srt_agent.train.plots import plot_run
-
-        plot_run(records, out_dir / PLOTS_DIR)
-    except ImportError:
-        out.print("[yellow]plots skipped: matplotlib is not installed (pip install matplotlib)[/yellow]")
+    plot_run(records, out_dir / PLOTS_DIR)
     write_record(out_dir / SUMMARY_FILE, summary)
     out.print(summary_table(summary))
     out.print(
         f"[dim]wrote {out_dir / SUMMARY_FILE}, {out_dir / PLOTS_DIR}/, {out_dir / 'metrics.jsonl'}[/dim]"
     )
-    if json_path is not None:
-        write_record(json_path, summary)
-        out.print(f"[dim]wrote {json_path}[/dim]")
+    write_json(out, json_path, summary)
     return 0
