@@ -25,7 +25,10 @@ subclasses live beside the code that raises them:
 
 from __future__ import annotations
 
-__all__ = ["FAULTS", "SrtAgentError", "describe_fault"]
+import reprlib
+from typing import Any
+
+__all__ = ["FAULTS", "SrtAgentError", "describe_fault", "shown"]
 
 
 class SrtAgentError(Exception):
@@ -52,3 +55,36 @@ def describe_fault(exc: BaseException, *, first_line: bool = False) -> str:
     if first_line:
         text = text.strip().split("\n", 1)[0]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _BoundedRepr(reprlib.Repr):
+    """``reprlib`` with small limits: it looks at a few items per container and a few levels, so
+    rendering costs the same for a 10-byte value and a 10 GB one (or a YAML alias bomb)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = 6
+        self.maxdeque = self.maxarray = 6
+        self.maxstring = self.maxlong = self.maxother = limit
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        try:
+            text = repr(x)  # a user object's own repr: shortened here, its cost is its own
+        except FAULTS:
+            return f"<{type(x).__name__}>"
+        return text if len(text) <= self.maxother else text[: self.maxother - 3] + "..."
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A short, safe rendering of a user value for an error message: at most ``limit`` characters.
+
+    Every message that echoes a value a user (or a model, an env, a tool) gave goes through this, so
+    no input makes an error message large or slow: containers are sampled, not walked, and a value
+    whose ``repr`` raises is named by its type.
+    """
+    try:
+        text = _BoundedRepr(limit).repr(value)
+    except FAULTS:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
