@@ -58,8 +58,11 @@ def describe_fault(exc: BaseException, *, first_line: bool = False) -> str:
 
 
 class _BoundedRepr(reprlib.Repr):
-    """``reprlib`` with small limits: it looks at a few items per container and a few levels, so
-    rendering costs the same for a 10-byte value and a 10 GB one (or a YAML alias bomb)."""
+    """``reprlib`` with small limits.
+
+    It looks at a few items per container and a few levels, so rendering costs the same for a
+    10-byte value and a 10 GB one (or a YAML alias bomb).
+    """
 
     def __init__(self, limit: int) -> None:
         super().__init__()

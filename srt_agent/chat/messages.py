@@ -63,3 +63,14 @@ def format_transcript(messages: list[Message] | tuple[Message, ...]) -> str:
         head = m.role if m.name is None else f"{m.role} ({m.name})"
         blocks.append(f"[{head}]\n{m.content}")
     return "\n\n".join(blocks)
+
+
+def cap_text(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, with a note saying how much was cut.
+
+    Every message a tool or an env hands the model goes through this (tool outputs and errors at
+    ``ToolSet.max_output_chars``, env messages at ``rollout.max_observation_chars``).
+    """
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[... truncated {len(text) - max_chars} characters]"

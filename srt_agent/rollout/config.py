@@ -47,6 +47,17 @@ class RolloutConfig(BaseModel):
         default=0,
         description="Base of the per-request sampling seeds (None: the engine's own RNG, not reproducible).",
     )
+    env_timeout_s: float | None = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds an env's make, reset, step or close may take before its episode fails with "
+        "the reason (the batch goes on; None: no limit). A step includes its tool calls.",
+    )
+    max_observation_chars: int = Field(
+        default=32_000,
+        ge=256,
+        description="Longest message an env may return to the model; longer ones are cut with a note.",
+    )
 
     @property
     def turn_room(self) -> int:

@@ -1,14 +1,14 @@
 """Playing one episode against an engine, token-in/token-out, with every failure contained.
 
 The scheduler runs many of these at once on one event loop. Everything that can block (making,
-resetting, stepping and closing the env) runs in worker threads or the env's async step, so one
+resetting, stepping and closing the env) runs in a thread of its own under a deadline, so one
 episode's tool calls overlap other episodes' generation. Chat-template rendering stays on the loop:
 it takes milliseconds, and HF fast tokenizers are not safe to call from several threads at once.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import math
 import numbers
@@ -18,13 +18,13 @@ from typing import Any, ParamSpec
 
 import gymnasium as gym
 
-from srt_agent.chat.messages import Message
+from srt_agent.chat.messages import Message, cap_text
 from srt_agent.chat.template import ChatFormat, TemplateContinuityError, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
-from srt_agent.env.multi_turn import async_step
 from srt_agent.env.registration import make
-from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
+from srt_agent.errors import FAULTS, SrtAgentError, describe_fault, shown
+from srt_agent.isolation import CallTimeout, await_in_thread
 from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
 
 logger = logging.getLogger("srt_agent.rollout")
@@ -50,16 +50,15 @@ def _describe(exc: BaseException) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A short, safe rendering of a bad value for an error message."""
-    try:
-        text = repr(value)
-    except FAULTS:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shown(value, 60)
 
 
-def check_observation(obs: Any, where: str) -> tuple[Message, ...]:
-    """``obs`` as a tuple of messages, or :class:`EnvContractError` naming what is wrong."""
+def check_observation(obs: Any, where: str, max_chars: int | None = None) -> tuple[Message, ...]:
+    """``obs`` as a tuple of messages, or :class:`EnvContractError` naming what is wrong.
+
+    A message longer than ``max_chars`` is cut, with a note saying how much (the model sees every
+    env message; one huge one must not fill its context or the trace).
+    """
     if isinstance(obs, str | bytes) or not isinstance(obs, Sequence):
         raise EnvContractError(
             f"{where} returned observation {_shown(obs)} ({type(obs).__name__}); expected a tuple of Message"
@@ -70,7 +69,12 @@ def check_observation(obs: Any, where: str) -> tuple[Message, ...]:
                 f"{where} returned an observation whose item {i} is {_shown(m)} ({type(m).__name__}); "
                 "expected Message objects (srt_agent.chat.messages)"
             )
-    return tuple(obs)
+    if max_chars is None:
+        return tuple(obs)
+    return tuple(
+        m if len(m.content) <= max_chars else m.model_copy(update={"content": cap_text(m.content, max_chars)})
+        for m in obs
+    )
 
 
 def check_info(info: Any, where: str) -> dict[str, Any]:
@@ -93,15 +97,20 @@ def check_reward(reward: Any) -> float:
     return value
 
 
-def check_step(result: Any) -> tuple[tuple[Message, ...], float, bool, bool, dict[str, Any]]:
-    """A step's ``(obs, reward, terminated, truncated, info)``, checked; :class:`EnvContractError` if bad."""
+def check_step(
+    result: Any, max_chars: int | None = None
+) -> tuple[tuple[Message, ...], float, bool, bool, dict[str, Any]]:
+    """A step's ``(obs, reward, terminated, truncated, info)``, checked; :class:`EnvContractError` if bad.
+
+    ``max_chars``: see :func:`check_observation`.
+    """
     if not isinstance(result, tuple) or len(result) != 5:
         raise EnvContractError(
             f"step returned {_shown(result)}; expected (observation, reward, terminated, truncated, info)"
         )
     obs, reward, terminated, truncated, info = result
     return (
-        check_observation(obs, "step"),
+        check_observation(obs, "step", max_chars),
         check_reward(reward),
         bool(terminated),
         bool(truncated),
@@ -190,6 +199,7 @@ class EpisodeRunner:
         self.tool_calls = self.tool_errors = 0
         self.env_s = self.gen_s = 0.0
         self.opening: tuple[Message, ...] = ()
+        self.stuck = False
 
     async def run(self) -> Trajectory:
         """Play the episode to its end; never raises for env, template or engine failures."""
@@ -240,16 +250,18 @@ class EpisodeRunner:
         t = time.perf_counter()
         where = "make"
         try:
-            self.env = env = await asyncio.to_thread(self.env_factory, spec)
+            self.env = env = await self._env_call("make", functools.partial(self.env_factory, spec))
             where = "reset"
-            result = await asyncio.to_thread(
-                env.reset,
-                seed=spec.seed,
-                options=None if spec.reset_options is None else dict(spec.reset_options),
+            options = None if spec.reset_options is None else dict(spec.reset_options)
+            result = await self._env_call(
+                "reset", functools.partial(env.reset, seed=spec.seed, options=options)
             )
             if not isinstance(result, tuple) or len(result) != 2:
                 raise EnvContractError(f"reset returned {_shown(result)}; expected (observation, info)")
-            opening, info = check_observation(result[0], "reset"), check_info(result[1], "reset")
+            limit = self.config.max_observation_chars
+            opening, info = check_observation(result[0], "reset", limit), check_info(result[1], "reset")
+        except _EpisodeEnd:
+            raise
         except FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in {where}") from exc
         finally:
@@ -326,7 +338,10 @@ class EpisodeRunner:
         self.hooks.step_started(self, transcript, action)
         obs: tuple[Message, ...] = ()
         try:
-            obs, reward, terminated, truncated, info = check_step(await async_step(self.env, action))
+            result = await self._env_call("step", functools.partial(self.env.step, action))
+            obs, reward, terminated, truncated, info = check_step(result, self.config.max_observation_chars)
+        except _EpisodeEnd:
+            raise
         except FAULTS as exc:  # contained: this episode fails, the others go on
             raise _EpisodeEnd("failed", f"env raised {_describe(exc)} in step") from exc
         finally:
@@ -346,14 +361,33 @@ class EpisodeRunner:
         return obs
 
     # ------------------------------------------------------------------ ending
+    async def _env_call(self, where: str, fn: Callable[[], Any]) -> Any:
+        """Run env code (``make``, ``reset``, ``step``, ``close``) in a thread, under ``env_timeout_s``.
+
+        An env that hangs fails its episode, not the batch.
+        A thread per call, not a pool's: a hung call would keep its pool worker, and enough of them
+        would starve every other episode. An env that overran once is not called again (its state is
+        unknown; its thread may still be in it).
+        """
+        if self.stuck:
+            raise _EpisodeEnd("failed", f"env {where} not attempted: an earlier call overran")
+        timeout = self.config.env_timeout_s
+        try:
+            return await await_in_thread(fn, timeout, name=f"srt-env-{where}")
+        except CallTimeout:
+            self.stuck = True
+            raise _EpisodeEnd(
+                "failed", f"env {where} did not return within {timeout:g} s (rollout.env_timeout_s)"
+            ) from None
+
     async def _close(self) -> None:
-        if self.env is None:
+        if self.env is None or self.stuck:  # a stuck env is left to its thread (logged as failed)
             return
         t = time.perf_counter()
         try:
-            await asyncio.to_thread(self.env.close)
-        except FAULTS:  # the episode's result stands; a leak is only logged
-            logger.warning("episode %s: env.close() raised", self.spec.episode_id, exc_info=True)
+            await self._env_call("close", self.env.close)
+        except (_EpisodeEnd, Exception, SystemExit, KeyboardInterrupt):  # FAULTS: the result stands
+            logger.warning("episode %s: env.close() failed", self.spec.episode_id, exc_info=True)
         self.env_s += time.perf_counter() - t
 
     def _success(self) -> bool:

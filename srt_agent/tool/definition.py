@@ -16,11 +16,15 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from srt_agent.errors import SrtAgentError
+from srt_agent.errors import SrtAgentError, shown
+
+Isolation = Literal["thread", "process"]
+"""Where a call runs: a thread of its own (cheap; abandoned at the timeout), or a process of its own
+(~10-30 ms a call; killed at the timeout, even inside native code)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 
@@ -42,6 +46,9 @@ class Tool:
         fn: The wrapped function, sync or ``async``.
         args_model: Pydantic model of the arguments (extra keys forbidden).
         timeout: Wall-clock seconds a call may take before it is abandoned.
+        isolation: ``"thread"`` (default) or ``"process"``, for code that must not be trusted with a
+            thread: CPU-bound or native work a thread cannot be stopped in. A process call passes the
+            function by name, so it must be a module-level function.
     """
 
     name: str
@@ -49,6 +56,7 @@ class Tool:
     fn: Callable[..., Any]
     args_model: type[BaseModel]
     timeout: float = 10.0
+    isolation: Isolation = "thread"
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +67,16 @@ class Tool:
             )
         if not self.timeout > 0:
             raise ValueError(f"tool {self.name!r}: timeout must be > 0 seconds, got {self.timeout}")
+        if self.isolation not in ("thread", "process"):
+            raise ValueError(
+                f"tool {self.name!r}: isolation must be 'thread' or 'process', got {self.isolation!r}"
+            )
+        where = f"{getattr(self.fn, '__module__', '')}.{getattr(self.fn, '__qualname__', '')}"
+        if self.isolation == "process" and (where.startswith("__main__.") or "<" in where):
+            raise ValueError(
+                f"tool {self.name!r}: isolation='process' runs the function by its import path, and "
+                f"{where!r} has none; define it at the top level of an importable module"
+            )
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -115,11 +133,11 @@ def _describe_validation_error(tool_name: str, exc: ValidationError) -> str:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "arguments"
         if err["type"] == "extra_forbidden":
-            problems.append(f"unexpected argument '{loc}'")
+            problems.append(f"unexpected argument {shown(loc, 64)}")
         elif err["type"] == "missing":
             problems.append(f"missing required argument '{loc}'")
         else:
-            problems.append(f"argument '{loc}': {err['msg']} (got {err.get('input')!r})")
+            problems.append(f"argument {shown(loc, 64)}: {err['msg']} (got {shown(err.get('input'))})")
     return f"invalid arguments for '{tool_name}': " + "; ".join(problems)
 
 
@@ -166,7 +184,11 @@ def _build_args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float = 10.0
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = 10.0,
+    isolation: Isolation = "thread",
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -175,6 +197,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = 10.0,
+    isolation: Isolation = "thread",
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function (sync or ``async``) into a :class:`Tool`.
 
@@ -199,6 +222,7 @@ def tool(
         name: Tool name; the function's name by default.
         description: Description; the docstring's first paragraph by default.
         timeout: Seconds a call may run before it is abandoned with a timeout error.
+        isolation: ``"process"`` runs each call in a process killed at the timeout (see :class:`Tool`).
 
     Returns:
         The tool, or a decorator producing it.
@@ -219,6 +243,7 @@ def tool(
             fn=f,
             args_model=_build_args_model(f, tool_name, docs),
             timeout=timeout,
+            isolation=isolation,
         )
 
     return wrap(fn) if fn is not None else wrap

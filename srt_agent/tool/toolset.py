@@ -12,22 +12,24 @@ comes from running many episodes at once, not from reordering one turn's calls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import ctypes
 import functools
+import importlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from srt_agent.chat.messages import Message, tool_result
-from srt_agent.errors import FAULTS, describe_fault
+from srt_agent.chat.messages import Message, cap_text, tool_result
+from srt_agent.errors import FAULTS, describe_fault, shown
+from srt_agent.isolation import CallTimeout, RemoteError, await_in_thread, run_in_process, run_in_thread
 from srt_agent.tool.definition import Tool, ToolArgumentsError
 from srt_agent.tool.parser import MalformedCall, ParsedTurn, ToolCall
+
+_MAX_NAME_CHARS = 64
+"""Longest tool name echoed back (valid names are at most 64 characters)."""
 
 ErrorKind = Literal[
     "malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout", "too_many_calls"
@@ -63,86 +65,6 @@ class ToolResult(BaseModel):
         return tool_result(self.content, call_id=self.call_id, name=self.name)
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _stop_thread(thread: threading.Thread) -> None:
-    """Ask an abandoned tool thread to stop: raise ``SystemExit`` in it at its next bytecode.
-
-    A Python thread cannot be killed, but the interpreter can raise an exception in it. A tool
-    spinning in Python code (a loop) stops at once; one blocked inside a single C call (a big
-    integer power, a sleep) stops when that call returns. Without this, timed-out tools go on
-    using the CPU (four spinning ones made the process several times slower).
-    """
-    ident = thread.ident
-    if ident is None or not thread.is_alive():
-        return
-    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
-    if hit > 1:  # cannot happen for one live thread id; undo rather than hit another thread
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
-
-
-def _run_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
-    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds.
-
-    A daemon thread, not an executor: an executor's worker stuck in a hung tool would block
-    interpreter exit (executors join their threads at exit). A thread still running at the
-    timeout is abandoned and asked to stop (:func:`_stop_thread`); tools that can truly hang (code
-    execution) should run their work in a subprocess they kill themselves.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, daemon=True, name="srt-tool")
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        _stop_thread(t)
-        raise _Timeout
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-async def _await_in_daemon_thread(fn: Callable[[], Any], timeout: float) -> Any:
-    """Async twin of :func:`_run_in_daemon_thread` that does not block the event loop."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if fut.done():
-            return
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(value)
-
-    def target() -> None:
-        try:
-            value = fn()
-        except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
-            error: BaseException | None = exc
-            value = None
-        else:
-            error = None
-        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran: nobody waits
-            loop.call_soon_threadsafe(settle, value, error)
-
-    thread = threading.Thread(target=target, daemon=True, name="srt-tool")
-    thread.start()
-    try:
-        return await asyncio.wait_for(fut, timeout)  # a timeout cancels fut: settle() ignores it then
-    except asyncio.TimeoutError:
-        _stop_thread(thread)
-        raise _Timeout from None
-
-
 def _run_coroutine(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run an async tool to completion on an event loop of its own (in the calling thread).
 
@@ -153,23 +75,59 @@ def _run_coroutine(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     return asyncio.run(fn(**kwargs))
 
 
+def _resolve(module: str, qualname: str) -> Callable[..., Any]:
+    """The function ``module.qualname`` names; for a ``@tool``-decorated name, the function it wraps."""
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj.fn if isinstance(obj, Tool) else obj
+
+
+def _imports(t: Tool) -> tuple[str, ...]:
+    """What a worker imports before a process-isolated call's deadline starts."""
+    return (__name__, t.fn.__module__)
+
+
+def _call_in_child(module: str, qualname: str, kwargs: dict[str, Any], is_async: bool, max_chars: int) -> str:
+    """A process-isolated call, in the worker: run the tool, return its output rendered.
+
+    Only a bounded string crosses back. The function travels by name: the module attribute of a
+    ``@tool`` function is the :class:`Tool`, which does not pickle (its argument model is built at
+    run time).
+    """
+    fn = _resolve(module, qualname)
+    value = _run_coroutine(fn, kwargs) if is_async else fn(**kwargs)
+    return render_output(value, max_chars)
+
+
+def _bounded_json(value: Any, max_chars: int) -> str:
+    """JSON of ``value``, encoded only as far as ``max_chars`` needs.
+
+    A 10-million-item list costs the same as a short one; the note then says "over", not how much.
+    """
+    chunks, size = [], 0
+    for chunk in json.JSONEncoder(default=str, ensure_ascii=False).iterencode(value):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_chars:
+            return (
+                f"{''.join(chunks)[:max_chars]}\n[... truncated: the output is over {max_chars} characters]"
+            )
+    return "".join(chunks)
+
+
 def render_output(value: Any, max_chars: int) -> str:
     """Turn a tool's return value into text for the model, truncated to ``max_chars``."""
     if isinstance(value, str):
-        text = value
-    elif value is None:
-        text = "(no output)"
-    elif isinstance(value, BaseModel):
-        text = value.model_dump_json()
-    else:
-        try:
-            text = json.dumps(value, default=str, ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    if len(text) > max_chars:
-        cut = len(text) - max_chars
-        text = f"{text[:max_chars]}\n[... truncated {cut} characters]"
-    return text
+        return cap_text(str.__str__(value), max_chars)  # a str subclass's own __str__ is not trusted
+    if value is None:
+        return "(no output)"
+    if isinstance(value, BaseModel):
+        return cap_text(value.model_dump_json(), max_chars)
+    try:
+        return _bounded_json(value, max_chars)
+    except (TypeError, ValueError, RecursionError):
+        return cap_text(shown(value, max_chars), max_chars)
 
 
 class ToolSet:
@@ -217,10 +175,11 @@ class ToolSet:
         return [copy.deepcopy(t.schema()) for t in self._tools.values()]
 
     def _error(self, call_id: str, name: str, kind: ErrorKind, reason: str, t0: float) -> ToolResult:
+        # Errors are capped like outputs: their reasons quote the model's input (names, arguments).
         return ToolResult(
             call_id=call_id,
-            name=name,
-            content=f"Error ({kind}): {reason}",
+            name=name[:_MAX_NAME_CHARS],
+            content=cap_text(f"Error ({kind}): {reason}", self.max_output_chars),
             error=kind,
             elapsed_s=time.perf_counter() - t0,
         )
@@ -230,7 +189,11 @@ class ToolSet:
         if found is None:
             available = ", ".join(self.names) or "none (this environment has no tools)"
             return self._error(
-                call.id, call.name, "unknown_tool", f"no tool named {call.name!r}; available: {available}", t0
+                call.id,
+                call.name,
+                "unknown_tool",
+                f"no tool named {shown(call.name, _MAX_NAME_CHARS)}; available: {available}",
+                t0,
             )
         try:
             return found, found.validate(call.arguments)
@@ -248,10 +211,12 @@ class ToolSet:
         return ToolResult(call_id=call.id, name=call.name, content=content, elapsed_s=elapsed)
 
     def _failure(self, call: ToolCall, t: Tool, exc: BaseException, t0: float) -> ToolResult:
-        if isinstance(exc, _Timeout):
+        if isinstance(exc, CallTimeout):
             return self._error(
                 call.id, call.name, "timeout", f"tool {t.name!r} did not finish within {t.timeout:g} s", t0
             )
+        if isinstance(exc, RemoteError):  # already "<Type>: <message>" of the child's error
+            return self._error(call.id, call.name, "error", str(exc), t0)
         return self._error(call.id, call.name, "error", describe_fault(exc), t0)
 
     def call(self, call: ToolCall) -> ToolResult:
@@ -262,7 +227,10 @@ class ToolSet:
             return prepared
         t, kwargs = prepared
         try:
-            value = _run_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+            if t.isolation == "process":
+                value = run_in_process(self._child_call(t, kwargs), t.timeout, imports=_imports(t))
+            else:
+                value = run_in_thread(self._thunk(t, kwargs), t.timeout, name="srt-tool")
         except FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
@@ -275,10 +243,21 @@ class ToolSet:
             return prepared
         t, kwargs = prepared
         try:
-            value = await _await_in_daemon_thread(self._thunk(t, kwargs), t.timeout)
+            if t.isolation == "process":  # the wait is bounded (the child is killed): a plain thread
+                call_in_child = functools.partial(run_in_process, imports=_imports(t))
+                value = await asyncio.to_thread(call_in_child, self._child_call(t, kwargs), t.timeout)
+            else:
+                value = await await_in_thread(self._thunk(t, kwargs), t.timeout, name="srt-tool")
         except FAULTS as exc:  # every tool failure becomes a message
             return self._failure(call, t, exc, t0)
         return self._finish(call, value, t0)
+
+    def _child_call(self, t: Tool, kwargs: dict[str, Any]) -> Callable[[], str]:
+        """The call to run in a child process (see :func:`_call_in_child`)."""
+        fn = t.fn
+        return functools.partial(
+            _call_in_child, fn.__module__, fn.__qualname__, kwargs, t.is_async, self.max_output_chars
+        )
 
     @staticmethod
     def _thunk(t: Tool, kwargs: dict[str, Any]) -> Callable[[], Any]:
