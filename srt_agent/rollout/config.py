@@ -48,10 +48,11 @@ class RolloutConfig(BaseModel):
         description="Base of the per-request sampling seeds (None: the engine's own RNG, not reproducible).",
     )
     env_timeout_s: float | None = Field(
-        default=120.0,
+        default=300.0,
         gt=0,
         description="Seconds an env's make, reset, step or close may take before its episode fails with "
-        "the reason (the batch goes on; None: no limit). A step includes its tool calls.",
+        "the reason (the batch goes on; None: no limit). A step includes its tool calls, each under its "
+        "own timeout: leave room for them.",
     )
     max_observation_chars: int = Field(
         default=32_000,

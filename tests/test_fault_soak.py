@@ -1,0 +1,147 @@
+"""A fault-injection soak: hundreds of episodes across the built-in envs, a tenth of them with an
+injected env or tool fault (raise, hang, malformed value, exit; a tool that raises, hangs, returns
+10 MB or an unprintable value).
+
+What must hold: every healthy episode finishes with the same tokens as in a fault-free run of the
+same seeds; every injected fault is recorded in its own episode (an env fault as the episode's
+reason, a tool fault as the error the model got back); no thread or process is left behind; memory
+stays bounded. The default tier runs a short version; ``-m slow`` the full one (600 episodes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import pytest
+from fault_injection import BASES, ENV_FAULTS, HANG_S, TOOL_FAULTS
+from scripted_engine import ScriptedEngine
+from test_rollout_support import oracle_responder, oracles, tiny_format
+
+from srt_agent.isolation import shutdown_workers
+from srt_agent.rollout import EpisodeSpec, RolloutConfig, Trajectory, run_rollouts
+
+RATE = 0.10
+TOOL_ENVS = ("Calculator", "Retail")  # GuessNumber has no tools
+
+
+@dataclass(frozen=True)
+class Soak:
+    specs: list[EpisodeSpec]
+    clean: dict[str, Trajectory]
+    faulty: dict[str, Trajectory]
+    wall_s: float
+    rss_growth_mb: float
+
+
+def _spec(base: str, i: int, fault: str) -> EpisodeSpec:
+    episode_id = f"{base}-{i}-{fault or 'ok'}"
+    return EpisodeSpec(f"soak/{base}-v0", seed=i, episode_id=episode_id, env_options={"fault": fault})
+
+
+def _plan(episodes: int, seed: int = 0) -> list[EpisodeSpec]:
+    """``episodes`` episodes spread over the envs; each has a fault with probability RATE."""
+    rng = random.Random(seed)
+    specs = []
+    for i in range(episodes):
+        base = BASES[i % len(BASES)]
+        fault = ""
+        if rng.random() < RATE:
+            kinds = list(ENV_FAULTS) + (list(TOOL_FAULTS) if base in TOOL_ENVS else [])
+            fault = rng.choice(kinds)
+        specs.append(_spec(base, i, fault))
+    return specs
+
+
+def _covering_plan(episodes: int) -> list[EpisodeSpec]:
+    """Each fault kind once (tool faults on envs with tools), the other episodes healthy."""
+    kinds = [(BASES[i % len(BASES)], kind) for i, kind in enumerate(ENV_FAULTS)]
+    kinds += [(TOOL_ENVS[i % len(TOOL_ENVS)], kind) for i, kind in enumerate(TOOL_FAULTS)]
+    specs = [_spec(base, i, kind) for i, (base, kind) in enumerate(kinds)]
+    return specs + [_spec(BASES[i % len(BASES)], i, "") for i in range(len(specs), episodes)]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def run_soak(specs: list[EpisodeSpec]) -> Soak:
+    fmt = tiny_format()
+    episodes = len(specs)
+    by_task = {}
+    for base in BASES:
+        by_task.update(oracles(f"srt/{base}-v0", range(episodes)))
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)
+    config = RolloutConfig(max_concurrent=32, env_timeout_s=1.0)
+    clean_specs = [replace(s, env_options={"fault": ""}) for s in specs]
+    clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
+    rss0 = _rss_mb()
+    t0 = time.perf_counter()
+    faulty = {t.episode_id: t for t in run_rollouts(engine, fmt, specs, config=config)}
+    wall_s = time.perf_counter() - t0
+    return Soak(specs, clean, faulty, wall_s, _rss_mb() - rss0)
+
+
+def _check(soak: Soak) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    assert len(soak.faulty) == len(soak.specs)
+    for spec in soak.specs:
+        fault = str(spec.env_options["fault"])
+        got, ref = soak.faulty[spec.episode_id], soak.clean[spec.episode_id]
+        counts["solved_without_faults"] = counts.get("solved_without_faults", 0) + ref.success
+        counts[fault or "healthy"] = counts.get(fault or "healthy", 0) + 1
+        if not fault:
+            same = (got.status, got.reason, got.token_ids, got.loss_mask, got.logprobs, got.total_reward)
+            assert same == (
+                ref.status,
+                ref.reason,
+                ref.token_ids,
+                ref.loss_mask,
+                ref.logprobs,
+                ref.total_reward,
+            )
+        elif fault in ENV_FAULTS:
+            assert got.status == "failed" and ENV_FAULTS[fault] in got.reason, (fault, got.reason)
+        else:
+            tool_text = " ".join(m.content for m in got.messages if m.role == "tool")
+            assert TOOL_FAULTS[fault] in tool_text, (fault, tool_text[:300])
+            assert got.tool_errors >= 1 or fault == "tool-huge"
+    deadline = time.monotonic() + 5 * HANG_S
+    while any(t.name.startswith(("srt-env", "srt-tool")) for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a thread of an env or tool call was left behind"
+        time.sleep(0.05)
+    shutdown_workers()
+    children = os.popen(f"ps -o pid= --ppid {os.getpid()}").read().split()
+    assert len(children) <= 1, children  # the ps itself
+    assert soak.rss_growth_mb < 400, soak.rss_growth_mb  # 10 MB tool outputs are not kept
+    return counts
+
+
+def _report(soak: Soak, counts: dict[str, int]) -> None:
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    faults = sum(n for k, n in counts.items() if k not in ("healthy", "solved_without_faults"))
+    print(
+        f"\nsoak: {len(soak.specs)} episodes, {faults} faults {dict(sorted(counts.items()))}, "
+        f"faulty run {soak.wall_s:.1f} s, RSS growth {soak.rss_growth_mb:.0f} MB, peak RSS {peak_mb:.0f} MB"
+    )
+
+
+def test_a_short_soak_loses_and_changes_no_healthy_episode() -> None:
+    soak = run_soak(_covering_plan(36))
+    counts = _check(soak)
+    _report(soak, counts)
+    assert set(counts) == {"healthy", "solved_without_faults", *ENV_FAULTS, *TOOL_FAULTS}
+
+
+@pytest.mark.slow
+def test_the_full_soak_loses_and_changes_no_healthy_episode() -> None:
+    soak = run_soak(_plan(600))
+    counts = _check(soak)
+    _report(soak, counts)
+    assert sum(n for k, n in counts.items() if k in ENV_FAULTS or k in TOOL_FAULTS) >= 40
