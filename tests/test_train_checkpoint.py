@@ -65,6 +65,45 @@ def test_incomplete_or_foreign_directories_are_never_picked_up(tmp_path: Path) -
     assert [c.step for c in list_checkpoints(tmp_path)] == [3]
 
 
+def test_a_step_directory_whose_state_json_is_unusable_is_reported_with_why(tmp_path: Path) -> None:
+    from srt_agent.train.checkpoint import resume_order
+
+    write_checkpoint(tmp_path, 3, {}, write_one)
+    root = checkpoint_root(tmp_path)
+    broken = {
+        9: None,  # no state.json
+        11: json.dumps({"step": 12, "format": "srt-train-ckpt/2"}),
+        12: '{\n  "finite": true,\n  "format": "srt-train-ckpt/2"\n  "st',  # torn: truncated
+        13: "[1, 2]",
+        14: json.dumps({"step": 14, "format": "srt-train-ckpt/99"}),
+        15: json.dumps({"step": "x" * 100_000, "format": "srt-train-ckpt/2"}),  # a huge value: bounded
+        16: b"\xff\xfe not utf-8",
+        17: b" " * (1 << 20) + b"{}",  # too big to be a trainer's state: not read whole
+    }
+    for step, text in broken.items():
+        (root / f"step-{step:06d}").mkdir()
+        if isinstance(text, str):
+            (root / f"step-{step:06d}" / "state.json").write_text(text)
+        elif isinstance(text, bytes):
+            (root / f"step-{step:06d}" / "state.json").write_bytes(text)
+    (root / ".tmp-step-000020-123").mkdir()  # a killed writer's: normal after kill -9, never reported
+    (root / ".tmp-step-000021-123").mkdir()
+    (root / ".tmp-step-000021-123" / "state.json").write_text("{")
+    notes = [f"{c.path.name}: {why}" for c, why in resume_order(tmp_path)]
+    assert notes[:-1] == [
+        "step-000017: state.json is over 1048576 bytes (a trainer's state is a few hundred)",
+        "step-000016: state.json is not UTF-8 text (a bad byte at offset 0)",
+        f"step-000015: state.json names step '{'x' * 17}...{'x' * 18}', not 15",
+        "step-000014: state.json has format 'srt-train-ckpt/99', which this version does not read",
+        "step-000013: state.json holds a JSON list, not an object",
+        "step-000012: state.json is not valid JSON (truncated?): Expecting ',' delimiter: line 4 column 3",
+        "step-000011: state.json names step 12, not 11",
+        "step-000009: state.json is missing (the checkpoint is incomplete or was damaged)",
+    ]
+    assert notes[-1] == "step-000003: " and all(len(n) < 200 and "\n" not in n for n in notes)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [3]  # listing and pruning see only complete ones
+
+
 def test_old_checkpoints_are_pruned(tmp_path: Path) -> None:
     for step in range(1, 6):
         write_checkpoint(tmp_path, step, {}, write_one)
@@ -229,6 +268,34 @@ def test_resume_falls_back_past_damaged_and_nan_checkpoints_and_says_so(
         assert "not finite" in resumed.resume_notes[1]
     finally:
         resumed.close()
+
+
+def test_resume_says_why_it_passes_over_a_checkpoint_with_a_truncated_state_json(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    cfg = tiny_config(model_dir, out, trainer={"steps": 3})
+    first = Trainer(tiny_config(model_dir, out))
+    try:
+        first.run()
+    finally:
+        first.close()
+    root = checkpoint_root(out)
+    state_file = root / "step-000002" / "state.json"
+    state_file.write_text(state_file.read_text()[:40])  # cut short by a bad copy or disk
+    resumed = Trainer(cfg, resume=True)
+    try:
+        assert resumed.resumed_from == 1
+        [note] = resumed.resume_notes
+        assert note.startswith("step-000002: state.json is not valid JSON (truncated?): "), note
+    finally:
+        resumed.close()
+    # With no usable checkpoint left, resuming fails and says why (not "nothing to resume").
+    (root / "step-000001" / "state.json").unlink()
+    with pytest.raises(TrainError, match=r"no checkpoint in .* can be resumed") as caught:
+        Trainer(cfg, resume=True)
+    assert "step-000002: state.json is not valid JSON (truncated?)" in str(caught.value)
+    assert "step-000001: state.json is missing" in str(caught.value)
 
 
 def test_nan_weights_are_marked_and_never_pruned_away_behind_them(model_dir: Path, tmp_path: Path) -> None:

@@ -14,30 +14,37 @@ Layout of ``<trainer.out_dir>/checkpoints/step-000012/``::
 Atomicity: everything is written into a hidden ``.tmp-step-...`` sibling, each file and directory is
 fsynced, and only then is the directory renamed to its final name (one atomic ``rename``), and the
 parent fsynced. A reader takes only ``step-N`` directories whose ``state.json`` parses and names
-step ``N``, so a half-written checkpoint (a killed writer's ``.tmp-*``) is never picked up;
-:func:`clean_partial` removes those leftovers.
+step ``N``, so a half-written checkpoint (a killed writer's ``.tmp-*``) is never picked up (nor
+reported: after ``kill -9`` it is normal); :func:`clean_partial` removes those leftovers.
 
 Integrity: a file damaged after the rename (a truncated copy, a bad disk) is caught by the
 manifest (:func:`verify_checkpoint`), and resuming falls back to the newest checkpoint that is intact
-and whose weights were finite (:func:`resume_order`). Pruning never removes the newest
-finite checkpoint, so a run whose weights went NaN can still go back to before it.
+and whose weights were finite (:func:`resume_order`), saying why it passed over the newer ones: a
+``step-N`` directory whose ``state.json`` is missing or unreadable is listed there with the reason
+too (never by :func:`list_checkpoints`). The manifest only proves the bytes are the ones written
+(or rewritten along with it), so the loader also checks the tensors it loaded for NaN and inf
+(:func:`check_finite`). Pruning never removes the newest finite checkpoint, so a run whose weights
+went NaN can still go back to before it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from srt_agent.errors import SrtAgentError, shown
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "state.json"
@@ -48,6 +55,12 @@ FORMAT = "srt-train-ckpt/2"
 _FORMATS = ("srt-train-ckpt/1", FORMAT)
 MANIFEST_FILE = "manifest.json"
 _NAME = re.compile(r"^step-(\d{6,})$")
+_STATE_LIMIT = 1 << 20
+"""The most of a ``state.json`` read (a larger one is reported as damaged, not parsed)."""
+
+
+class NonFiniteWeights(SrtAgentError, ValueError):
+    """Tensors loaded from a checkpoint hold NaN or inf; the message (one line) names the first."""
 
 
 @dataclass(frozen=True)
@@ -198,11 +211,15 @@ def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
 def resume_order(out_dir: str | Path) -> Iterator[tuple[Checkpoint, str]]:
     """Every checkpoint of a run, newest first, with why a run may not resume from it (``""``: it may).
 
-    A checkpoint may not when its files fail :func:`verify_checkpoint` or its weights were not
-    finite. Each is verified only when the caller gets to it, so resuming from an intact newest
-    checkpoint reads only that checkpoint's files.
+    A checkpoint may not when its ``state.json`` is missing or unreadable (then its ``state`` is
+    empty), its files fail :func:`verify_checkpoint` or its weights were not finite. Each is verified
+    only when the caller gets to it, so resuming from an intact newest checkpoint reads only that
+    checkpoint's files. Hidden ``.tmp-*`` directories (a killed writer's) are never listed.
     """
-    for ckpt in reversed(list_checkpoints(out_dir)):
+    for ckpt, why in sorted(_scan(out_dir), key=lambda found: found[0].step, reverse=True):
+        if why:
+            yield ckpt, why
+            continue
         problems = verify_checkpoint(ckpt)
         if problems:
             yield ckpt, f"damaged ({'; '.join(problems)})"
@@ -212,26 +229,54 @@ def resume_order(out_dir: str | Path) -> Iterator[tuple[Checkpoint, str]]:
             yield ckpt, ""
 
 
-def _read(path: Path) -> Checkpoint | None:
+def _inspect(path: Path) -> tuple[Checkpoint, str] | None:
+    """A ``step-N`` directory as a checkpoint, and why it is not a complete one (``""``: it is).
+
+    An incomplete one (``state.json`` missing, unreadable, or naming another step) comes with an
+    empty ``state``. ``None``: not a ``step-N`` directory (a writer's hidden ``.tmp-*``, a file).
+    """
     match = _NAME.match(path.name)
     if match is None or not path.is_dir():
         return None
-    try:
-        state = json.loads((path / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None  # no state.json: not a complete checkpoint
     step = int(match.group(1))
-    if not isinstance(state, dict) or state.get("step") != step or state.get("format") not in _FORMATS:
-        return None
-    return Checkpoint(path, step, state)
+    broken = Checkpoint(path, step, {})
+    try:
+        with (path / STATE_FILE).open("rb") as f:
+            raw = f.read(_STATE_LIMIT + 1)
+    except FileNotFoundError:
+        return broken, f"{STATE_FILE} is missing (the checkpoint is incomplete or was damaged)"
+    except OSError as exc:
+        return broken, f"{STATE_FILE} cannot be read ({type(exc).__name__}: {exc.strerror})"
+    if len(raw) > _STATE_LIMIT:
+        return broken, f"{STATE_FILE} is over {_STATE_LIMIT} bytes (a trainer's state is a few hundred)"
+    try:
+        state = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return broken, f"{STATE_FILE} is not UTF-8 text (a bad byte at offset {exc.start})"
+    except json.JSONDecodeError as exc:  # json's own words (never the file's): already one short line
+        where = f"line {exc.lineno} column {exc.colno}"
+        return broken, f"{STATE_FILE} is not valid JSON (truncated?): {exc.msg}: {where}"
+    if not isinstance(state, dict):
+        return broken, f"{STATE_FILE} holds a JSON {type(state).__name__}, not an object"
+    if state.get("step") != step:
+        return broken, f"{STATE_FILE} names step {shown(state.get('step'), 40)}, not {step}"
+    if state.get("format") not in _FORMATS:
+        fmt = shown(state.get("format"), 60)
+        return broken, f"{STATE_FILE} has format {fmt}, which this version does not read"
+    return Checkpoint(path, step, state), ""
+
+
+def _scan(out_dir: str | Path) -> list[tuple[Checkpoint, str]]:
+    """Every ``step-N`` directory of a run, with why it is not a complete checkpoint (``""``: it is)."""
+    root = checkpoint_root(out_dir)
+    if not root.is_dir():
+        return []
+    return [found for found in (_inspect(p) for p in root.iterdir()) if found is not None]
 
 
 def list_checkpoints(out_dir: str | Path) -> list[Checkpoint]:
     """The complete checkpoints of a run, oldest first (half-written ones are never listed)."""
-    root = checkpoint_root(out_dir)
-    if not root.is_dir():
-        return []
-    found = [c for c in (_read(p) for p in root.iterdir()) if c is not None]
+    found = [ckpt for ckpt, why in _scan(out_dir) if not why]
     return sorted(found, key=lambda c: c.step)
 
 
@@ -254,6 +299,76 @@ def clean_partial(out_dir: str | Path) -> list[Path]:
     for path in leftovers:
         shutil.rmtree(path, ignore_errors=True)
     return leftovers
+
+
+# ---------------------------------------------------------------------- loaded tensors
+
+
+def check_finite(source: str | Callable[[str], str], tensors: Iterable[tuple[str, Any]]) -> None:
+    """Raise if a loaded tensor (or float) holds NaN or inf.
+
+    One ``isfinite(...).all()`` per floating-point tensor, gathered into one host sync per device
+    (a GPU model is not synced per tensor); only a failing check looks closer to name the tensor.
+
+    Args:
+        source: The file the values were loaded from, for the message (``model/model.safetensors``),
+            or a function of the value's name that says (for a model in several files).
+        tensors: ``(name, value)`` pairs; tensors that are not floating point and values that are
+            neither tensors nor floats are skipped.
+
+    Raises:
+        NonFiniteWeights: ``"<source> holds non-finite values (NaN in '<name>')"``, for the first one.
+    """
+    checked: list[tuple[str, Any]] = []
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for name, value in tensors:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            flags.setdefault(value.device, []).append(torch.isfinite(value).all())
+        elif isinstance(value, float):
+            flags.setdefault(torch.device("cpu"), []).append(torch.tensor(math.isfinite(value)))
+        else:
+            continue
+        checked.append((name, value))
+    if all(bool(torch.stack(group).all()) for group in flags.values()):
+        return
+    for name, value in checked:  # the first bad one, in the order given
+        t = torch.as_tensor(value)
+        if not bool(torch.isfinite(t).all()):
+            kind = "NaN" if bool(torch.isnan(t).any()) else "inf"
+            where = source(name) if callable(source) else source
+            raise NonFiniteWeights(f"{where} holds non-finite values ({kind} in {shown(name, 100)})")
+
+
+def nested_values(prefix: str, obj: Any, depth: int = 4) -> Iterator[tuple[str, Any]]:
+    """``(dotted name, leaf)`` of the dicts, lists and tuples in ``obj``, for :func:`check_finite`.
+
+    For an optimizer's ``param_groups`` or a scheduler's ``state_dict()``.
+    """
+    if isinstance(obj, dict) and depth:
+        for key, value in obj.items():
+            yield from nested_values(f"{prefix}.{key}", value, depth - 1)
+    elif isinstance(obj, list | tuple) and depth:
+        for i, value in enumerate(obj):
+            yield from nested_values(f"{prefix}[{i}]", value, depth - 1)
+    else:
+        yield prefix, obj
+
+
+def weights_file(model_dir: Path, tensor: str) -> str:
+    """The file of a saved HF model that holds ``tensor``, as ``model/<file>`` (for messages).
+
+    A sharded model names the shard its ``model.safetensors.index.json`` gives.
+    """
+    try:
+        shard = json.loads((model_dir / "model.safetensors.index.json").read_text())["weight_map"][tensor]
+        if isinstance(shard, str) and (model_dir / shard).is_file():
+            return f"{model_dir.name}/{shard}"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return f"{model_dir.name}/{name}"
+    return f"{model_dir.name}/"
 
 
 # ---------------------------------------------------------------------- RNG states

@@ -22,6 +22,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,20 +36,24 @@ from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
-from srt_agent.errors import SrtAgentError
+from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.train.checkpoint import (
     Checkpoint,
+    NonFiniteWeights,
+    check_finite,
     clean_partial,
     latest_checkpoint,
+    nested_values,
     resume_order,
     rng_state,
     set_rng_state,
+    weights_file,
     write_checkpoint,
 )
 from srt_agent.train.learner import Learner
 from srt_agent.train.metrics_log import MetricsLogger
 from srt_agent.train.optim import build_optimizer
-from srt_agent.train.policy_model import PolicyModel, load_reference
+from srt_agent.train.policy_model import VALUE_HEAD_FILE, PolicyModel, load_reference
 from srt_agent.train.rollouts import Rollouts, StepRollout
 from srt_agent.train.step_metrics import rollout_metrics, token_match
 from srt_agent.train.tasks import step_episodes
@@ -146,9 +151,10 @@ class Trainer:
     def _start(
         self, resume: bool, existing: Checkpoint | None, reference: Any
     ) -> tuple[Checkpoint | None, TreeCache]:
-        """Start fresh, or from the newest checkpoint that is intact, finite and loads.
+        """Start fresh, or from the newest checkpoint that is intact, loads, and whose weights are finite.
 
-        Checkpoints passed over are noted in :attr:`resume_notes` (and logged) with the reason.
+        Checkpoints passed over are noted in :attr:`resume_notes` (and logged) with the reason, one
+        line each: ``"step-000012: model/model.safetensors holds non-finite values (NaN in '...')"``.
 
         Raises:
             TrainError: ``resume`` and no checkpoint can be resumed from (or there is none).
@@ -159,12 +165,14 @@ class Trainer:
             if not why:
                 try:
                     return ckpt, self._load(ckpt, reference)
+                except NonFiniteWeights as exc:  # the files are as written, but hold NaN or inf
+                    why = str(exc)
                 except Exception as exc:  # noqa: BLE001 - any load failure: try the next checkpoint
-                    why = f"could not be loaded ({type(exc).__name__}: {exc})"
+                    why = f"could not be loaded ({_one_line(exc)})"
             line = f"{ckpt.path.name}: {why}"
             self.resume_notes.append(line)
             log.warning("not resuming from %s", line)
-        if existing is None:
+        if existing is None and not self.resume_notes:
             held = self.out_dir.exists() and any(self.out_dir.iterdir())
             leftovers = " (it holds files of a run, but no complete checkpoint)" if held else ""
             raise TrainError(
@@ -179,6 +187,11 @@ class Trainer:
         cfg = self.cfg
         start_dir = ckpt.model_dir if ckpt is not None else cfg.model.dir
         self.policy = PolicyModel.load(start_dir, self.device, value_head=cfg.algo.uses_critic)
+        if ckpt is not None:  # the manifest proves the bytes are as written, not that they are finite
+            model_dir = ckpt.model_dir
+            check_finite(lambda name: weights_file(model_dir, name), self.policy.lm.state_dict().items())
+            if self.policy.value_head is not None and (model_dir / VALUE_HEAD_FILE).is_file():
+                check_finite(f"model/{VALUE_HEAD_FILE}", self.policy.value_head.state_dict().items())
         optimizer, scheduler = build_optimizer(self.policy, cfg)
         self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
         self.state = RunState()
@@ -194,6 +207,7 @@ class Trainer:
         saved = torch.load(ckpt.path / "optimizer.pt", map_location=self.device, weights_only=True)
         self.learner.optimizer.load_state_dict(saved["optimizer"])
         self.learner.scheduler.load_state_dict(saved["scheduler"])
+        check_finite("optimizer.pt", self._optimizer_values())
         set_rng_state(torch.load(ckpt.path / "rng.pt", weights_only=True))
         known = {f.name for f in dataclasses.fields(RunState)}
         self.state = RunState(**{k: v for k, v in ckpt.state.items() if k in known})
@@ -204,6 +218,16 @@ class Trainer:
         if ckpt.cache_file.is_file():
             return TreeCache.load(ckpt.cache_file, self.cfg.spec.cache)
         return TreeCache(self.cfg.spec.cache)
+
+    def _optimizer_values(self) -> Iterator[tuple[str, Any]]:
+        """The loaded optimizer and scheduler state, named for :func:`check_finite` messages."""
+        optimizer = self.learner.optimizer
+        names = {id(p): name for name, p in self.policy.named_parameters()}
+        for param, values in optimizer.state.items():
+            for key, value in values.items():
+                yield f"{key} of {names.get(id(param), '?')}", value
+        yield from nested_values("param_groups", optimizer.param_groups)
+        yield from nested_values("scheduler", self.learner.scheduler.state_dict())
 
     def save_checkpoint(self) -> Checkpoint:
         """Write an atomic checkpoint of the current step."""
@@ -408,6 +432,12 @@ def _informative(trajectories: list[Trajectory]) -> list[Trajectory]:
 
 def _groups(trajectories: list[Trajectory]) -> int:
     return len({(x.env_id, x.task_id, x.seed) for x in trajectories})
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """``"<Type>: <message>"`` of an exception on one bounded line (a message may echo file bytes)."""
+    text = describe_fault(exc, first_line=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _config_changes(saved: Path, cfg: RunConfig) -> list[str]:
