@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
 import threading
 import time
+import tracemalloc
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,13 +24,64 @@ from srt_agent.tools.http_get import (
     FetchFailed,
     FetchRefused,
     HttpGetConfig,
+    _Decoder,
     check_url,
+    compressed_cap,
     http_get,
     is_public_address,
     make_http_get_tool,
 )
 
 BIG = 1_000_000
+TEXT = ("héllo wörld " * 2000).encode()  # 28 KB, compresses well
+MIB = 1 << 20
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return c.compress(data) + c.flush()
+
+
+# Content-Encoding header and body, per /enc/<name> route: TEXT, compressed as real servers do.
+ENCODED = {
+    "gzip": ("gzip", gzip.compress(TEXT)),
+    "x-gzip": ("x-gzip", gzip.compress(TEXT)),
+    "deflate": ("deflate", zlib.compress(TEXT)),
+    "deflate-raw": ("deflate", _raw_deflate(TEXT)),
+    # Raw deflate whose first two bytes pass as a zlib header (a stored block of 29 bytes, then the rest).
+    "deflate-raw-zlib-like": ("deflate", b"\x08\x1d\x00\xe2\xff" + TEXT[:29] + _raw_deflate(TEXT[29:])),
+    "stacked": ("gzip, deflate", zlib.compress(gzip.compress(TEXT))),  # gzip applied first
+    "stacked-identity": ("identity, gzip", gzip.compress(TEXT)),
+    "gzip-members": ("gzip", gzip.compress(TEXT[:10_001]) + gzip.compress(TEXT[10_001:])),
+    "gzip-padded": ("gzip", gzip.compress(TEXT) + bytes(100)),
+}
+
+
+@functools.cache
+def bomb(coding: str) -> tuple[str, bytes, bytes, int]:
+    """A 1 GiB run of zeros, compressed to about 1 MiB without ever building it.
+
+    Returns (Content-Encoding, head, block, count): the body is head + block * count. After a full
+    flush the compressor forgets its history, so every further MiB of zeros compresses to the same
+    block. There is no trailer: the tool must stop long before the end anyway.
+    """
+    if coding == "gzip, deflate":  # a bomb inside a bomb: ~1 KB of deflate -> ~1 MiB of gzip -> 1 GiB
+        _, head, block, count = bomb("gzip")
+        outer = zlib.compressobj(9)
+        body = outer.compress(head) + b"".join(outer.compress(block) for _ in range(count))
+        return coding, body + outer.flush(), b"", 0
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "deflate-raw": -zlib.MAX_WBITS}[coding]
+    c = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    head = c.compress(bytes(MIB)) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(bytes(MIB)) + c.flush(zlib.Z_FULL_FLUSH)
+    return coding.replace("-raw", ""), head, block, 1023
+
+
+# Streams that inflate to nothing at all, sent 10 MB long: only the cap on compressed bytes stops them.
+PADDING = {
+    "deflate": (b"\x78\x9c", b"\x00\x00\x00\xff\xff"),  # zlib header, then empty stored blocks
+    "gzip": (b"", gzip.compress(b"")),  # empty gzip members, one after another
+}
 
 
 class Server(ThreadingHTTPServer):
@@ -54,6 +109,20 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def stream(self, coding: str, head: bytes, block: bytes, count: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Encoding", coding)
+        self.send_header("Content-Length", str(len(head) + len(block) * count))
+        self.end_headers()
+        try:
+            self.wfile.write(head)
+            batch = max(1, 65536 // max(1, len(block)))
+            for sent in range(0, count, batch):
+                self.wfile.write(block * min(batch, count - sent))
+        except OSError:
+            pass  # the client stopped reading, as it should
+
     def do_GET(self) -> None:
         self.server.hits[self.path] += 1
         port = self.server.server_address[1]
@@ -70,8 +139,20 @@ class Handler(BaseHTTPRequestHandler):
             "/redirect-metadata": lambda: self.reply(307, b"", Location="http://169.254.169.254/latest/"),
             "/redirect-file": lambda: self.reply(302, b"", Location="file:///etc/passwd"),
             "/redirect-loop": lambda: self.reply(302, b"", Location="/redirect-loop"),
+            "/redirect-long": lambda: self.reply(302, b"", Location="/" + "x" * 10_000),
+            "/enc/br": lambda: self.reply(200, b"\x1b\x03\x00\xf8\xa5\x02", **{"Content-Encoding": "br"}),
+            "/enc/corrupt": lambda: self.reply(200, b"not gzip at all", **{"Content-Encoding": "gzip"}),
         }
-        if self.path == "/slow":
+        kind, _, name = self.path.rpartition("/")
+        if kind == "/enc" and name in ENCODED:
+            coding, data = ENCODED[name]
+            self.reply(200, data, **{"Content-Encoding": coding})
+        elif kind == "/bomb":
+            self.stream(*bomb(name.replace("+", ", ")))
+        elif kind == "/padding":
+            head, block = PADDING[name]
+            self.stream(name, head, block, 10_000_000 // len(block))
+        elif self.path == "/slow":
             time.sleep(1.5)
             self.reply(200, b"too late")
         else:
@@ -175,6 +256,106 @@ def test_redirect_loop_stops(base: str, server: Server, sent: list[str]) -> None
     with pytest.raises(FetchFailed, match="more than 2 redirects"):
         call(local_tool(max_redirects=2), f"{base}/redirect-loop")
     assert server.hits["/redirect-loop"] == 3
+
+
+# -- compressed bodies ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ENCODED))
+def test_compressed_bodies_are_decoded(base: str, sent: list[str], name: str) -> None:
+    out = call(local_tool(), f"{base}/enc/{name}")
+    assert out == "HTTP 200 OK\nContent-Type: text/plain; charset=utf-8\n\n" + TEXT.decode()
+
+
+@pytest.mark.parametrize("name", sorted(ENCODED))
+def test_decoding_does_not_depend_on_how_the_body_arrives(name: str) -> None:
+    coding, data = ENCODED[name]
+    codings = [c.strip() for c in coding.split(",") if c.strip() != "identity"]
+    for step, ask in [(1, 1), (1, 70_000), (3, 100), (4096, 7), (len(data), 70_000)]:
+        decoder, out = _Decoder(codings, 10 * BIG), bytearray()
+        for i in range(0, len(data), step):
+            decoder.feed(data[i : i + step])
+            while piece := decoder.read(ask):
+                assert len(piece) <= ask
+                out += piece
+        assert out == TEXT, (step, ask)
+
+
+@pytest.mark.parametrize("name", ["gzip", "deflate-raw", "stacked"])
+def test_compressed_body_is_cut_at_max_bytes_after_decoding(base: str, sent: list[str], name: str) -> None:
+    out = call(local_tool(max_bytes=1000), f"{base}/enc/{name}")
+    body = out.split("\n\n", 1)[1]
+    assert body == TEXT[:1000].decode(errors="replace") + "\n[body truncated at 1000 bytes]"
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "deflate-raw", "gzip+deflate"])
+def test_compression_bomb_is_cut_without_inflating_it(base: str, sent: list[str], coding: str) -> None:
+    # ~1 MiB on the wire (~1 KB for the stacked one) that inflates to 1 GiB of zeros. Before the fix
+    # httpx inflated each 64 KiB network read whole: ~140 MiB peak for the gzip bomb.
+    bomb(coding.replace("+", ", "))  # built before measuring
+    tool = local_tool(max_bytes=BIG)
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    start = tracemalloc.get_traced_memory()[0]
+    t0 = time.monotonic()
+    try:
+        out = call(tool, f"{base}/bomb/{coding}")
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert time.monotonic() - t0 < 5
+    assert out.endswith("\0" * 100 + f"\n[body truncated at {BIG} bytes]")
+    assert peak < 16 * MIB, f"peak {peak / MIB:.1f} MiB"
+
+
+@pytest.mark.parametrize("coding", sorted(PADDING))
+def test_stream_that_inflates_to_nothing_is_cut_by_compressed_size(
+    base: str, sent: list[str], coding: str
+) -> None:
+    out = call(local_tool(max_bytes=1000, timeout_s=5), f"{base}/padding/{coding}")
+    assert out.endswith("\n\n\n[body truncated at 0 bytes]")
+    assert compressed_cap(1000) < 100_000  # far less than the 10 MB the server would send
+
+
+def test_unknown_encoding_is_described_not_decoded(base: str, sent: list[str]) -> None:
+    out = call(local_tool(), f"{base}/enc/br")
+    assert out.endswith("\n\n[br-encoded content, 6 bytes, not decoded]")
+
+
+def test_corrupt_compressed_body_fails(base: str, sent: list[str]) -> None:
+    with pytest.raises(FetchFailed, match="cannot decompress the gzip body"):
+        call(local_tool(), f"{base}/enc/corrupt")
+
+
+# -- long URLs are never echoed whole ----------------------------------------------------------------------
+
+
+def test_huge_url_is_not_repeated_in_the_error(sent: list[str]) -> None:
+    url = "http://127.0.0.1/" + "a" * 1_000_000
+    with pytest.raises(FetchRefused, match="invalid URL") as info:
+        call(local_tool(), url)
+    assert len(str(info.value)) < 500
+    text = f'<tool_call>{{"name": "http_get", "arguments": {{"url": "{url}"}}}}</tool_call>'
+    tools = ToolSet([local_tool()], max_output_chars=10_000_000)
+    (result,) = asyncio.run(tools.aexecute(parse_tool_calls(text)))
+    assert result.content.startswith("Error (error): FetchRefused: invalid URL") and len(result.content) < 500
+    assert sent == []
+
+
+@pytest.mark.parametrize("url", ["http://" + "h" * 60_000 + ".com/", "ftp" * 20_000 + "://example.com/"])
+def test_long_host_or_scheme_is_not_repeated_in_the_refusal(sent: list[str], url: str) -> None:
+    with pytest.raises(FetchRefused) as info:
+        call(local_tool(), url)
+    assert len(str(info.value)) < 500
+
+
+def test_long_redirect_target_is_not_repeated_in_the_error(base: str, sent: list[str]) -> None:
+    with pytest.raises(FetchFailed, match="more than 0 redirects") as info:
+        call(local_tool(max_redirects=0), f"{base}/redirect-long")
+    assert len(str(info.value)) < 500
 
 
 # -- refusals happen before any traffic ----------------------------------------------------------------

@@ -13,6 +13,16 @@ Every hop (the first URL and each redirect, at most ``max_redirects``) is checke
 Redirects are followed by hand, so each new host gets the same check. Bodies are streamed and cut at
 ``max_bytes``; connect/read and the whole call share one time limit; proxy variables and ``.netrc`` are
 ignored.
+
+Compressed bodies are undone here, not by httpx (which would inflate a whole network read at once, so a
+64 KiB read of a gzip bomb became 64 MiB): ``gzip`` (``x-gzip``, several members), ``deflate`` (zlib or
+raw) and stacked codings are inflated a piece at a time with ``max_length``, and inflating stops at
+``max_bytes``, so at most ``max_bytes`` plus one piece (:data:`PIECE`) of inflated data is ever held. The
+compressed bytes read, and those between stacked codings, are capped too (:func:`compressed_cap`), so a
+stream that inflates to nothing cannot be read forever. A coding the tool does not know (``br``,
+``zstd``, ...) is not undone: the body is kept as it came (capped) and described, not shown. Error
+messages echo URLs and hosts through :func:`~srt_agent.errors.shown`, so they stay short whatever the
+input.
 """
 
 from __future__ import annotations
@@ -20,16 +30,25 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import zlib
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from srt_agent.errors import SrtAgentError
+from srt_agent.errors import SrtAgentError, shown
 from srt_agent.tool.definition import Tool, tool
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript", "application/xhtml")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+PIECE = 64 * 1024
+"""Most bytes one inflate step produces (and most compressed bytes passed between stacked codings at once)."""
+_GZIP = frozenset({"gzip", "x-gzip"})
+_DEFLATE = frozenset({"deflate"})
+_GUESS_BYTES = 1024  # a zlib-looking deflate body is retried as raw deflate if it fails this early
+_URL_SHOWN = 200  # characters of a URL (or host) an error message may echo
 
 
 class FetchRefused(SrtAgentError, ValueError):
@@ -46,7 +65,8 @@ class HttpGetConfig(BaseModel):
     Attributes:
         allow_hosts: Hostnames or IP literals that may be fetched; empty means any public host.
         allow_private: Also allow hosts that resolve to non-public addresses (never needed for listed hosts).
-        max_bytes: Body bytes read before the response is cut off.
+        max_bytes: Body bytes kept (after decompression) before the response is cut off; compressed
+            bytes read are capped at ``compressed_cap(max_bytes)``.
         timeout_s: Limit for connecting, for each read, and for the whole call including redirects.
         max_redirects: Redirects followed (each re-checked) before giving up.
     """
@@ -69,9 +89,12 @@ class FetchResult(BaseModel):
         status_code: HTTP status.
         reason: Reason phrase.
         content_type: The ``Content-Type`` header ('' when absent).
-        body: Body bytes (at most ``max_bytes``).
-        truncated: True when the body was longer than ``max_bytes``.
+        body: Body bytes (at most ``max_bytes``), decompressed unless ``encoding`` is set.
+        truncated: True when the body was longer than ``max_bytes`` (after decompression), or its
+            compressed form longer than :func:`compressed_cap` allows.
         charset: Declared charset, if any.
+        encoding: The ``Content-Encoding`` the body is still in, when it is one the tool does not undo
+            ('' when the body is plain).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -84,6 +107,7 @@ class FetchResult(BaseModel):
     body: bytes
     truncated: bool
     charset: str | None = None
+    encoding: str = ""
 
     def render(self) -> str:
         """Status line, content type, redirects, then the body as text (binary bodies are described)."""
@@ -93,7 +117,9 @@ class FetchResult(BaseModel):
         ]
         if self.redirects:
             lines.append("Redirected to: " + " -> ".join(self.redirects))
-        if _looks_textual(self.content_type, self.body):
+        if self.encoding:
+            text = f"[{_clip(self.encoding, 40)}-encoded content, {len(self.body)} bytes, not decoded]"
+        elif _looks_textual(self.content_type, self.body):
             text = self.body.decode(self.charset or "utf-8", errors="replace")
         else:
             text = f"[binary content, {len(self.body)} bytes, not shown]"
@@ -124,7 +150,7 @@ async def _resolve(host: str, port: int) -> list[IPAddress]:
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        raise FetchFailed(f"cannot resolve host {host!r}: {exc}") from None
+        raise FetchFailed(f"cannot resolve host {shown(host, _URL_SHOWN)}: {_clip(exc)}") from None
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 
 
@@ -144,34 +170,185 @@ async def check_url(url: httpx.URL, config: HttpGetConfig) -> str | None:
     """
     if url.scheme not in ("http", "https"):
         raise FetchRefused(
-            f"only http and https URLs can be fetched, not {url.scheme or 'a relative'!r} URLs"
+            f"only http and https URLs can be fetched, not {shown(url.scheme or 'a relative', 40)} URLs"
         )
     host = url.host.lower().rstrip(".")
     if not host:
-        raise FetchRefused(f"URL has no host: {url}")
+        raise FetchRefused(f"URL has no host: {shown(str(url), _URL_SHOWN)}")
     allowed = {h.lower().rstrip(".") for h in config.allow_hosts}
     if host in allowed:
         return None
     if allowed:
-        raise FetchRefused(f"host {host!r} is not in the allowlist ({', '.join(sorted(allowed))})")
+        listed = _clip(", ".join(sorted(allowed)))
+        raise FetchRefused(f"host {shown(host, _URL_SHOWN)} is not in the allowlist ({listed})")
     addresses = await _resolve(host, url.port or (443 if url.scheme == "https" else 80))
     if not addresses:
-        raise FetchFailed(f"host {host!r} has no address")
+        raise FetchFailed(f"host {shown(host, _URL_SHOWN)} has no address")
     for ip in addresses:
         if not config.allow_private and not is_public_address(ip):
             raise FetchRefused(
-                f"host {host!r} resolves to {ip}, a loopback/private/link-local/reserved address; refused"
+                f"host {shown(host, _URL_SHOWN)} resolves to {ip}, "
+                "a loopback/private/link-local/reserved address; refused"
             )
     return str(addresses[0])
 
 
-async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:
+def _clip(value: object, limit: int = _URL_SHOWN) -> str:
+    """``str(value)`` cut to ``limit`` characters (exception texts may quote a long URL or header)."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compressed_cap(max_bytes: int) -> int:
+    """Most compressed bytes read (and passed between stacked codings) for a ``max_bytes`` body.
+
+    Deflate grows incompressible data by well under 1%, plus headers, so a body that decompresses to
+    ``max_bytes`` always fits; a stream needing more is padding (empty blocks or members) and is cut.
+    """
+    return max_bytes + max_bytes // 64 + PIECE
+
+
+class _Inflater:
+    """One ``gzip`` or ``deflate`` coding undone incrementally: :meth:`read` never returns more than asked."""
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        self._gzip = coding in _GZIP
+        self._obj: Any = zlib.decompressobj(16 + zlib.MAX_WBITS) if self._gzip else None
+        self._tail = b""  # input fed but not inflated yet: at most one piece (plus a byte while sniffing)
+        # A decompression error is reported; in a later gzip member only once it has produced output,
+        # before that the bytes are taken as padding after the last member and ignored.
+        self._strict = True
+        self._guess = False  # deflate taken as zlib-wrapped from its first two bytes, not yet confirmed
+        self._seen = b""  # input used while guessing (at most _GUESS_BYTES), to start over as raw deflate
+        self.done = False  # the stream ended; whatever follows it is ignored
+
+    def feed(self, data: bytes) -> None:
+        if not self.done:
+            self._tail += data
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` (> 0) inflated bytes from the input fed so far; b'' when that input is used up.
+
+        Called even with no input left: zlib may hold output back when it hit ``n``.
+        """
+        if self.done:
+            return b""
+        if self._obj is None:  # deflate: zlib-wrapped as the RFC says, or raw as some servers send
+            if len(self._tail) < 2:
+                return b""
+            cmf, flg = self._tail[0], self._tail[1]
+            self._guess = cmf & 0x0F == 8 and cmf >> 4 <= 7 and (cmf << 8 | flg) % 31 == 0
+            self._obj = zlib.decompressobj(zlib.MAX_WBITS if self._guess else -zlib.MAX_WBITS)
+        try:
+            out: bytes = self._obj.decompress(self._tail, n)
+        except zlib.error as exc:
+            if self._guess:  # not zlib after all: the same bytes again, as raw deflate
+                self._guess, self._obj = False, zlib.decompressobj(-zlib.MAX_WBITS)
+                self._tail, self._seen = self._seen + self._tail, b""
+                return self.read(n)
+            if not self._strict:  # bytes after the last gzip member: padding, ignored
+                self.done, self._tail = True, b""
+                return b""
+            raise FetchFailed(f"cannot decompress the {self.coding} body: {_clip(exc)}") from None
+        self._strict = self._strict or bool(out)
+        if self._guess:
+            self._seen += self._tail[: len(self._tail) - len(self._obj.unconsumed_tail)]
+            if out or self._obj.eof or len(self._seen) > _GUESS_BYTES:
+                self._guess, self._seen = False, b""
+        self._tail = self._obj.unconsumed_tail
+        if self._obj.eof:  # what follows the end is all in unused_data (unconsumed_tail may repeat it)
+            if self._gzip:  # another member may follow
+                self._tail, self._strict = self._obj.unused_data, False
+                self._obj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                self.done, self._tail = True, b""
+        return out
+
+
+class _Decoder:
+    """Stacked codings, undone last-applied first (``gzip, deflate``: deflate, then gzip), a piece at a time.
+
+    Between two codings at most one piece is held, and at most ``cap`` bytes in all may pass; more sets
+    ``over`` and the body is cut.
+    """
+
+    def __init__(self, codings: list[str], cap: int) -> None:
+        self._stages = [_Inflater(c) for c in reversed(codings)]
+        self._passed = [0] * len(self._stages)
+        self._cap = cap
+        self.over = False
+
+    @property
+    def done(self) -> bool:
+        return self._stages[-1].done
+
+    def feed(self, raw: bytes) -> None:
+        self._stages[0].feed(raw)
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` decoded bytes from the raw bytes fed so far; b'' when they are used up."""
+        return self._pull(len(self._stages) - 1, n)
+
+    def _pull(self, i: int, n: int) -> bytes:
+        stage = self._stages[i]
+        while not self.over:
+            out = stage.read(n)
+            if out or stage.done or i == 0:
+                return out
+            piece = self._pull(i - 1, PIECE)
+            if not piece:
+                return b""
+            self._passed[i] += len(piece)
+            if self._passed[i] > self._cap:
+                self.over = True
+                return b""
+            stage.feed(piece)
+        return b""
+
+
+def _codings(resp: httpx.Response) -> list[str]:
+    header = resp.headers.get("content-encoding", "")
+    return [c for c in (part.strip().lower() for part in header.split(",")) if c and c != "identity"]
+
+
+async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, bool, str]:
+    """The body, cut at ``limit`` bytes after decompression; also whether it was cut, and any coding left.
+
+    Raw bytes are read (httpx's own decoders are not used, see the module notes); reading stops as soon
+    as the body is complete, cut, or the compressed bytes pass :func:`compressed_cap`.
+    """
+    codings = _codings(resp)
+    if any(c not in _GZIP | _DEFLATE for c in codings):
+        # Not undone: kept as sent, so the caller sees which coding and how many bytes.
+        left = ", ".join(codings)
+        codings = []
+    else:
+        left = ""
     body = bytearray()
-    async for chunk in resp.aiter_bytes():
-        body += chunk
-        if len(body) > limit:
-            return bytes(body[:limit]), True  # stop reading: the rest is never downloaded
-    return bytes(body), False
+    if not codings:
+        async for chunk in resp.aiter_raw():
+            body += chunk
+            if len(body) > limit:
+                del body[limit:]
+                return bytes(body), True, left  # stop reading: the rest is never downloaded
+        return bytes(body), False, left
+    cap = compressed_cap(limit)
+    decoder = _Decoder(codings, cap)
+    raw = 0
+    async for chunk in resp.aiter_raw():
+        raw += len(chunk)
+        decoder.feed(chunk)
+        while out := decoder.read(min(PIECE, limit + 1 - len(body))):
+            body += out
+            if len(body) > limit:
+                del body[limit:]
+                return bytes(body), True, ""
+        if decoder.done:
+            break  # the stream ended: anything after it is ignored
+        if decoder.over or raw > cap:
+            return bytes(body), True, ""
+    return bytes(body), False, ""
 
 
 async def _fetch(url: str, config: HttpGetConfig) -> FetchResult:
@@ -197,7 +374,7 @@ async def _fetch(url: str, config: HttpGetConfig) -> FetchResult:
                     current = current.join(location)
                     redirects.append(str(current))
                     continue
-                body, truncated = await _read_capped(resp, config.max_bytes)
+                body, truncated, encoding = await _read_capped(resp, config.max_bytes)
             finally:
                 await resp.aclose()
             return FetchResult(
@@ -209,8 +386,9 @@ async def _fetch(url: str, config: HttpGetConfig) -> FetchResult:
                 body=body,
                 truncated=truncated,
                 charset=resp.charset_encoding,
+                encoding=encoding,
             )
-    raise FetchFailed(f"more than {config.max_redirects} redirects (last: {current})")
+    raise FetchFailed(f"more than {config.max_redirects} redirects (last: {shown(str(current), _URL_SHOWN)})")
 
 
 async def fetch(url: str, config: HttpGetConfig | None = None) -> FetchResult:
@@ -233,9 +411,9 @@ async def fetch(url: str, config: HttpGetConfig | None = None) -> FetchResult:
     except asyncio.TimeoutError:
         raise FetchFailed(f"no complete response within {cfg.timeout_s:g} s") from None
     except httpx.InvalidURL as exc:
-        raise FetchRefused(f"invalid URL {url!r}: {exc}") from None
+        raise FetchRefused(f"invalid URL {shown(url, _URL_SHOWN)}: {_clip(exc)}") from None
     except httpx.HTTPError as exc:
-        raise FetchFailed(f"request failed: {type(exc).__name__}: {exc}") from None
+        raise FetchFailed(f"request failed: {type(exc).__name__}: {_clip(exc)}") from None
 
 
 def make_http_get_tool(
@@ -252,7 +430,7 @@ def make_http_get_tool(
     Args:
         allow_hosts: Hosts that may be fetched (exact names or IP literals); empty means any public host.
         allow_private: Allow non-listed hosts that resolve to private/loopback addresses.
-        max_bytes: Body bytes read per response.
+        max_bytes: Body bytes kept per response (after decompression).
         timeout_s: Time limit for the whole call.
         max_redirects: Redirects followed, each checked like the first URL.
         name: The tool's name.
