@@ -53,12 +53,12 @@ class Unprintable:
     __repr__ = __str__
 
 
-def _faulty(kind: str) -> Any:
+def _faulty(kind: str, hang_s: float) -> Any:
     def fn(**_: Any) -> Any:
         if kind == "tool-raise":
             raise RuntimeError("injected in a tool")
         if kind == "tool-hang":
-            time.sleep(HANG_S)
+            time.sleep(hang_s)
         if kind == "tool-huge":
             return "z" * 10_000_000
         return Unprintable()
@@ -69,9 +69,9 @@ def _faulty(kind: str) -> Any:
 class FaultyEnv(gym.Wrapper[Any, str, Any, str]):
     """A built-in env with one planned fault (see the module docstring)."""
 
-    def __init__(self, env: gym.Env[Any, str], fault: str) -> None:
+    def __init__(self, env: gym.Env[Any, str], fault: str, hang_s: float = HANG_S) -> None:
         super().__init__(env)
-        self.fault = fault
+        self.fault, self.hang_s = fault, hang_s
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -79,14 +79,20 @@ class FaultyEnv(gym.Wrapper[Any, str, Any, str]):
         if self.fault == "reset-raise":
             raise RuntimeError("injected in reset")
         if self.fault == "reset-hang":
-            time.sleep(HANG_S)
+            time.sleep(self.hang_s)
         obs, info = self.env.reset(seed=seed, options=options)
         if self.fault == "reset-malformed":
             return "not messages", info
         if self.fault in TOOL_FAULTS:
             inner: Any = self.env.unwrapped
             bad = [
-                Tool(t.name, t.description, _faulty(self.fault), t.args_model, timeout=TOOL_TIMEOUT_S)
+                Tool(
+                    t.name,
+                    t.description,
+                    _faulty(self.fault, self.hang_s),
+                    t.args_model,
+                    timeout=TOOL_TIMEOUT_S,
+                )
                 for t in inner.tools
             ]
             inner.tools = ToolSet(
@@ -100,7 +106,7 @@ class FaultyEnv(gym.Wrapper[Any, str, Any, str]):
         if self.fault == "step-raise":
             raise RuntimeError("injected in step")
         if self.fault == "step-hang":
-            time.sleep(HANG_S)
+            time.sleep(self.hang_s)
         if self.fault == "step-exit":
             raise SystemExit(3)
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -109,11 +115,11 @@ class FaultyEnv(gym.Wrapper[Any, str, Any, str]):
         return obs, reward, terminated, truncated, info
 
 
-def make_faulty(base: str, fault: str = "", **options: Any) -> gym.Env[Any, str]:
-    """``base`` made with ``options``, wrapped to misbehave as ``fault`` says."""
+def make_faulty(base: str, fault: str = "", hang_s: float = HANG_S, **options: Any) -> gym.Env[Any, str]:
+    """``base`` made with ``options``, wrapped to misbehave as ``fault`` says (a hang lasts ``hang_s``)."""
     if fault == "make-raise":
         raise RuntimeError("injected in make")
-    return FaultyEnv(make(base, **options), fault)
+    return FaultyEnv(make(base, **options), fault, hang_s)
 
 
 BASES = ("Calculator", "GuessNumber", "Retail")

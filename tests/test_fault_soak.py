@@ -36,6 +36,7 @@ class Soak:
     faulty: dict[str, Trajectory]
     wall_s: float
     rss_growth_mb: float
+    clean_rss_growth_mb: float
 
 
 def _spec(base: str, i: int, fault: str) -> EpisodeSpec:
@@ -80,12 +81,13 @@ def run_soak(specs: list[EpisodeSpec]) -> Soak:
     engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)
     config = RolloutConfig(max_concurrent=32, env_timeout_s=1.0)
     clean_specs = [replace(s, env_options={"fault": ""}) for s in specs]
-    clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
     rss0 = _rss_mb()
+    clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
+    rss1 = _rss_mb()
     t0 = time.perf_counter()
     faulty = {t.episode_id: t for t in run_rollouts(engine, fmt, specs, config=config)}
     wall_s = time.perf_counter() - t0
-    return Soak(specs, clean, faulty, wall_s, _rss_mb() - rss0)
+    return Soak(specs, clean, faulty, wall_s, _rss_mb() - rss1, rss1 - rss0)
 
 
 def _check(soak: Soak) -> dict[str, int]:
@@ -128,7 +130,8 @@ def _report(soak: Soak, counts: dict[str, int]) -> None:
     faults = sum(n for k, n in counts.items() if k not in ("healthy", "solved_without_faults"))
     print(
         f"\nsoak: {len(soak.specs)} episodes, {faults} faults {dict(sorted(counts.items()))}, "
-        f"faulty run {soak.wall_s:.1f} s, RSS growth {soak.rss_growth_mb:.0f} MB, peak RSS {peak_mb:.0f} MB"
+        f"faulty run {soak.wall_s:.1f} s, RSS growth {soak.rss_growth_mb:.0f} MB "
+        f"(the fault-free run before it: {soak.clean_rss_growth_mb:.0f} MB), peak RSS {peak_mb:.0f} MB"
     )
 
 
@@ -145,3 +148,71 @@ def test_the_full_soak_loses_and_changes_no_healthy_episode() -> None:
     counts = _check(soak)
     _report(soak, counts)
     assert sum(n for k, n in counts.items() if k in ENV_FAULTS or k in TOOL_FAULTS) >= 40
+
+
+@pytest.mark.slow
+def test_the_soak_through_ray_env_workers_survives_a_worker_killed_mid_run() -> None:
+    """Envs in 2 Ray env workers, one killed 2 s in: its episodes fail saying so, the rest are as
+    without faults, and the pool replaces the worker for the episodes that come after."""
+    ray = pytest.importorskip("ray")
+    import sys
+
+    from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
+
+    specs = _covering_plan(12) + _plan(150, seed=1)[12:]  # every fault kind, then 10% at random
+    fmt = tiny_format()
+    by_task = {}
+    for base in BASES:
+        by_task.update(oracles(f"srt/{base}-v0", range(len(specs))))
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)
+    # Deadlines leave room for a replacement worker's start-up (it counts against its first make).
+    config = RolloutConfig(max_concurrent=32, env_timeout_s=8.0)
+    clean_specs = [replace(s, env_options={"fault": ""}) for s in specs]
+    clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
+    # Workers import the injector by the MODULE:ID syntax, from the driver's sys.path.
+    remote_specs = [
+        replace(s, env_id=f"fault_injection:{s.env_id}", env_options={**s.env_options, "hang_s": 10.0})
+        for s in specs
+    ]
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
+    )
+    try:
+        pool = EnvWorkerPool(2)
+        for i in range(2):  # started before the clock runs
+            warm = replace(remote_specs[0], episode_id=f"warm-up-{i}", env_options={"fault": ""})
+            pool.make(warm).close()
+        killer = threading.Timer(2.0, lambda: ray.kill(pool.workers[0]))
+        killer.start()
+        t0 = time.perf_counter()
+        scheduler = RolloutScheduler(engine, fmt, config, env_factory=pool.make)
+        faulty = {t.episode_id: t for t in rollout_sync(scheduler, remote_specs).trajectories}
+        wall_s = time.perf_counter() - t0
+        killer.join()
+        replaced = pool.replaced
+        pool.close()
+    finally:
+        ray.shutdown()
+    lost = [t for t in faulty.values() if "env worker holding this episode died" in t.reason]
+    counts: dict[str, int] = {"lost_with_worker": len(lost)}
+    for spec in specs:
+        fault = str(spec.env_options["fault"])
+        got, ref = faulty[spec.episode_id], clean[spec.episode_id]
+        counts[fault or "healthy"] = counts.get(fault or "healthy", 0) + 1
+        if got in lost:
+            assert got.status == "failed"
+        elif not fault:
+            assert (got.status, got.token_ids, got.loss_mask) == (ref.status, ref.token_ids, ref.loss_mask), (
+                spec.episode_id,
+                got.reason,
+            )
+        elif fault in ENV_FAULTS:
+            assert got.status == "failed" and ENV_FAULTS[fault] in got.reason, (fault, got.reason)
+    assert len(faulty) == len(specs) and lost and replaced >= 1
+    shown = dict(sorted(counts.items()))
+    print(f"\nray soak: {len(specs)} episodes, {shown}, {wall_s:.1f} s, workers replaced {replaced}")

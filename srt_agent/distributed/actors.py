@@ -6,13 +6,14 @@ module imports without Ray and its logic is tested in-process too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.isolation import await_in_thread
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
@@ -79,6 +80,37 @@ class EngineReplica:
         return True
 
 
+class EscapedExit(Exception):
+    """``SystemExit`` or ``KeyboardInterrupt`` raised by env code in a worker, as an ordinary exception.
+
+    Raised as themselves they would end the worker (Ray takes ``SystemExit`` in a task as the actor
+    exiting), and every episode on it with them. The driver raises the original again, so the
+    episode's reason reads as it does in one process.
+    """
+
+    def __init__(self, kind: str, args: tuple[Any, ...]) -> None:
+        super().__init__(kind, args)
+        self.kind, self.exit_args = kind, args
+
+    def original(self) -> BaseException:
+        """The exception env code raised."""
+        return (
+            SystemExit(*self.exit_args) if self.kind == "SystemExit" else KeyboardInterrupt(*self.exit_args)
+        )
+
+
+async def _contained(fn: Callable[[], Any]) -> Any:
+    """Run env code in a thread of its own, its exits carried back as :class:`EscapedExit`.
+
+    A thread per call, not the loop's pool: a hung env call (the driver has given up on it at its
+    deadline) would keep a pool thread, and a few of them would stall every other episode here.
+    """
+    try:
+        return await await_in_thread(fn, None, name="srt-env-worker")
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise EscapedExit(type(exc).__name__, exc.args) from None
+
+
 class EnvWorker:
     """Envs of many episodes, stepped here (tools included) instead of in the driver."""
 
@@ -87,25 +119,25 @@ class EnvWorker:
 
         self._envs: dict[str, Any] = {}
 
-    def make(self, key: str, env_id: str, options: Mapping[str, Any]) -> None:
+    async def make(self, key: str, env_id: str, options: Mapping[str, Any]) -> None:
         """Make the env of episode ``key``."""
         from srt_agent.env.registration import make
 
-        self._envs[key] = make(env_id, **dict(options))
+        self._envs[key] = await _contained(lambda: make(env_id, **dict(options)))
 
-    def reset(self, key: str, seed: int | None, options: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    async def reset(self, key: str, seed: int | None, options: Mapping[str, Any] | None) -> tuple[Any, Any]:
         """``env.reset`` of episode ``key``."""
-        obs, info = self._envs[key].reset(seed=seed, options=options)
+        env = self._envs[key]
+        obs, info = await _contained(lambda: env.reset(seed=seed, options=options))
         return obs, info
 
     async def step(self, key: str, action: str) -> tuple[Any, ...]:
-        """``env.step`` of episode ``key``; async tools run on this actor's event loop."""
-        from srt_agent.env.multi_turn import async_step
+        """``env.step`` of episode ``key`` (its tools run here, each under its own timeout)."""
+        env = self._envs[key]
+        return tuple(await _contained(lambda: env.step(action)))
 
-        return tuple(await async_step(self._envs[key], action))
-
-    def close(self, key: str) -> None:
+    async def close(self, key: str) -> None:
         """Close and forget episode ``key``'s env."""
         env = self._envs.pop(key, None)
         if env is not None:
-            env.close()
+            await _contained(env.close)

@@ -15,10 +15,35 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from srt_agent.distributed.actors import EnvWorker
+from srt_agent.distributed.actors import EnvWorker, EscapedExit
+from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.rollout.config import EpisodeSpec
 
-__all__ = ["EnvWorkerPool", "RemoteEnv"]
+__all__ = ["EnvWorkerLost", "EnvWorkerPool", "RemoteEnv"]
+
+
+class EnvWorkerLost(SrtAgentError, RuntimeError):
+    """The env worker holding an episode's env died; that episode fails, the pool replaces the worker."""
+
+
+def _get(ray: Any, ref: Any) -> Any:
+    """``ray.get``, raising what the env raised (not Ray's wrapper of it), or :class:`EnvWorkerLost`.
+
+    The episode's reason then reads as it does in one process (``env raised RuntimeError: ...``).
+    """
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, EscapedExit):
+            raise cause.original() from None
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+    except ray.exceptions.RayActorError as exc:
+        raise EnvWorkerLost(
+            f"the env worker holding this episode died: {describe_fault(exc, first_line=True)}"
+        ) from None
 
 
 class RemoteEnv(gym.Env[Any, str]):
@@ -34,17 +59,18 @@ class RemoteEnv(gym.Env[Any, str]):
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """``reset`` in the worker."""
-        obs, info = self._ray.get(self._worker.reset.remote(self._key, seed, options))
+        obs, info = _get(self._ray, self._worker.reset.remote(self._key, seed, options))
         return obs, info
 
     def step(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """``step`` in the worker (its tools run there)."""
-        obs, reward, terminated, truncated, info = self._ray.get(self._worker.step.remote(self._key, action))
+        result = _get(self._ray, self._worker.step.remote(self._key, action))
+        obs, reward, terminated, truncated, info = result
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Close the env in the worker."""
-        self._ray.get(self._worker.close.remote(self._key))
+        _get(self._ray, self._worker.close.remote(self._key))
 
 
 class EnvWorkerPool:
@@ -61,19 +87,37 @@ class EnvWorkerPool:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self._ray: Any = ray
         remote: Any = ray.remote
-        actor = remote(num_cpus=0, max_concurrency=256)(EnvWorker)
-        self.workers = [actor.remote() for _ in range(workers)]
+        self._actor = remote(num_cpus=0, max_concurrency=256)(EnvWorker)
+        self.workers = [self._actor.remote() for _ in range(workers)]
+        self.replaced = 0
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
     def make(self, spec: EpisodeSpec) -> RemoteEnv:
-        """The env of ``spec``, made in the next worker (round-robin)."""
+        """The env of ``spec``, made in the next worker (round-robin).
+
+        A worker found dead is replaced by a fresh one and the env made there: a dead worker fails
+        the episodes it held, not the ones that come after.
+        """
         with self._lock:
             n = next(self._ids)
-        worker = self.workers[n % len(self.workers)]
+        slot = n % len(self.workers)
         key = f"{spec.episode_id}#{n}"
-        self._ray.get(worker.make.remote(key, spec.env_id, dict(spec.env_options)))
-        return RemoteEnv(worker, key)
+        for _ in range(2):
+            worker = self.workers[slot]
+            try:
+                _get(self._ray, worker.make.remote(key, spec.env_id, dict(spec.env_options)))
+            except EnvWorkerLost:
+                self._replace(slot, worker)
+                continue
+            return RemoteEnv(worker, key)
+        raise EnvWorkerLost(f"env worker {slot} died twice in a row while making {spec.episode_id}")
+
+    def _replace(self, slot: int, dead: Any) -> None:
+        with self._lock:
+            if self.workers[slot] is dead:  # not already replaced by another episode
+                self.workers[slot] = self._actor.remote()
+                self.replaced += 1
 
     def close(self) -> None:
         """Stop the workers."""
