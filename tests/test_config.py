@@ -55,7 +55,7 @@ def test_overrides_are_parsed_as_yaml_scalars() -> None:
             "trainer.steps=30",
             "spec.enabled=false",
             "algo.clip_high=0.3",
-            "optim.lr=1e-5",  # YAML 1.1 reads this as a string; the model coerces it
+            "optim.lr=1e-5",  # YAML 1.1 reads this as a string; the loader reads a float (YAML 1.2)
             "optim.betas=[0.9, 0.95]",
             "optim.grad_clip=null",
             "env.options.max_steps=3",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from srt_agent.config import ConfigError, load_config
+from srt_agent.config import ConfigError, load_config, read_yaml
 
 
 def _problems(*overrides: str, paths: list[Path] | None = None) -> list[str]:
@@ -41,10 +41,57 @@ def test_bad_choice_lists_the_choices() -> None:
 
 
 def test_wrong_type_names_key_and_value() -> None:
-    assert _problems("trainer.steps=abc") == [
-        "trainer.steps = 'abc': Input should be a valid integer, unable to parse string as an integer "
-        "(allowed: >= 1)"
+    assert _problems("trainer.steps=abc") == ["trainer.steps = 'abc': must be an integer (got str)"]
+
+
+@pytest.mark.parametrize("value", ["true", '"2"', "2.0"])
+def test_an_integer_field_takes_only_an_integer(value: str, tmp_path: Path) -> None:
+    shown = {"true": "True", '"2"': "'2'", "2.0": "2.0"}[value]
+    got = {"true": "bool", '"2"': "str", "2.0": "float"}[value]
+    expected = [f"trainer.steps = {shown}: must be an integer (got {got})"]
+    assert _problems(f"trainer.steps={value}") == expected
+    path = tmp_path / "run.yaml"
+    path.write_text(f"trainer:\n  steps: {value}\n")
+    assert _problems(paths=[path]) == expected
+    assert load_config(None, ["trainer.steps=5"]).trainer.steps == 5
+
+
+def test_types_are_strict_and_errors_name_the_type() -> None:
+    assert _problems("trainer.threads=x") == ["trainer.threads = 'x': must be an integer or null (got str)"]
+    assert _problems("spec.enabled=1") == ["spec.enabled = 1: must be a boolean (true or false) (got int)"]
+    assert _problems('spec.enabled="yes"') == [
+        "spec.enabled = 'yes': must be a boolean (true or false) (got str)"
     ]
+    assert _problems("env.id=5") == ["env.id = 5: must be a string (got int)"]
+    assert _problems("optim.lr=true") == ["optim.lr = True: must be a number (got bool)"]
+    assert _problems('optim.lr="0.001"') == ["optim.lr = '0.001': must be a number (got str)"]
+    assert _problems("optim.betas=[0.9, x]") == ["optim.betas.1 = 'x': must be a number (got str)"]
+    assert _problems("trainer.out_dir=5") == ["trainer.out_dir = 5: must be a path (got int)"]
+    assert _problems("trainer.log=jsonl") == ["trainer.log = 'jsonl': must be a list (got str)"]
+    # Sections composed from other packages' models are strict too.
+    assert _problems("engine.retries=true") == ["engine.retries = True: must be an integer (got bool)"]
+    assert _problems("ray.replicas=2.0") == ["ray.replicas = 2.0: must be an integer (got float)"]
+    assert _problems('spec.cache.window="3"') == ["spec.cache.window = '3': must be an integer (got str)"]
+    assert _problems("spec.run_ahead.max_in_flight=true") == [
+        "spec.run_ahead.max_in_flight = True: must be an integer (got bool)"
+    ]
+    assert _problems("rollout.top_k=1.0") == ["rollout.top_k = 1.0: must be an integer (got float)"]
+    assert _problems("spec.max_draft_tokens=false") == [
+        "spec.max_draft_tokens = False: must be an integer (got bool)"
+    ]
+
+
+def test_number_fields_take_integers_and_floats(tmp_path: Path) -> None:
+    assert load_config(None, ["optim.lr=1"]).optim.lr == 1.0
+    assert type(load_config(None, ["optim.lr=1"]).optim.lr) is float
+    assert load_config(None, ["optim.lr=0.001"]).optim.lr == 0.001
+    assert load_config(None, ["optim.lr=1e-4", "engine.timeout_s=30"]).optim.lr == 1e-4
+    path = tmp_path / "run.yaml"
+    # YAML 1.1 reads 1e-4 and 2.5e3 as strings: the loader reads them as floats (YAML 1.2).
+    path.write_text("optim:\n  lr: 1e-4\n  eps: 1.0e-6\ntrainer:\n  time_limit_s: 2.5e3\n")
+    assert read_yaml(path) == {"optim": {"lr": 1e-4, "eps": 1e-6}, "trainer": {"time_limit_s": 2500.0}}
+    cfg = load_config(path)
+    assert (cfg.optim.lr, cfg.optim.eps, cfg.trainer.time_limit_s) == (1e-4, 1e-6, 2500.0)
 
 
 def test_unknown_key_suggests_the_closest_one() -> None:

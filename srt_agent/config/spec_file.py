@@ -14,12 +14,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from srt_agent.config.loader import ConfigError, apply_overrides, describe_errors, read_yaml
+from srt_agent.config.loader import (
+    ConfigError,
+    apply_overrides,
+    describe_source,
+    read_yaml,
+    validate_run_config,
+)
 from srt_agent.config.run import RunConfig
 from srt_agent.config.sections import SpecSection
 from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.errors import shown
 from srt_agent.tree_cache import TreeCacheConfig
 
 
@@ -56,16 +61,13 @@ def load_spec(path: str | Path | None, overrides: Sequence[str] = (), *, server:
     if path is None and not overrides:
         return SpecSection()
     raw = read_yaml(path) if path is not None else {}
-    source = ", ".join([*([str(path)] if path is not None else []), *(f"override {o}" for o in overrides)])
-    try:
-        spec = RunConfig.model_validate(apply_overrides(as_run_config(raw), overrides)).spec
-    except ValidationError as err:
-        raise ConfigError(describe_errors(err), source) from None
+    source = describe_source([] if path is None else [path], overrides)
+    spec = validate_run_config(apply_overrides(as_run_config(raw), overrides), source).spec
     if server and "run_ahead" in raw and spec.run_ahead.enabled:  # a bare spec section's own key
         raise ConfigError(
             [
-                f"spec.run_ahead = {raw['run_ahead']!r}: a server has no run-ahead queue (the trainer or "
-                "eval that sends it requests runs ahead, configured by its run config's spec.run_ahead); "
+                f"spec.run_ahead = {shown(raw['run_ahead'])}: a server has no run-ahead queue (the trainer "
+                "or eval that sends it requests runs ahead, configured by its run config's spec.run_ahead); "
                 "remove spec.run_ahead from this file, or give the server the run config"
             ],
             source,
