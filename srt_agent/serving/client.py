@@ -21,7 +21,7 @@ import json
 import shutil
 import tempfile
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -229,16 +229,150 @@ class SGLangEngine:
         buffer = io.BytesIO()
         ForkingPickler(buffer).dump([(name, t.detach()) for name, t in state_dict.items()])
         payload = base64.b64encode(buffer.getvalue()).decode()
-        body = {"serialized_named_tensors": [payload] * self.tp_size, "flush_cache": flush_cache}
-        opened = self._run(self._call("POST", "/begin_weight_update", {"selector": "all"}))
-        self._check_success(opened, "open the weight update")
-        try:
-            answer = self._run(self._call("POST", "/update_weights_from_tensor", body))
-        finally:
-            self._check_success(
-                self._run(self._call("POST", "/end_weight_update", {})), "close the weight update"
-            )
+        with self.weight_update_session():
+            self.update_weights_from_serialized([payload] * self.tp_size, flush_cache=flush_cache)
+
+    def update_weights_from_serialized(
+        self,
+        serialized_named_tensors: Sequence[str],
+        *,
+        flush_cache: bool = True,
+        load_format: str | None = None,
+    ) -> None:
+        """``/update_weights_from_tensor`` with ready payloads (base64, one per tensor-parallel rank).
+
+        It must run inside a weight-update session (:meth:`weight_update_session`).
+
+        Raises:
+            RuntimeError: The server refused the weights (outside a session, say).
+        """
+        body: dict[str, Any] = {
+            "serialized_named_tensors": list(serialized_named_tensors),
+            "flush_cache": flush_cache,
+        }
+        if load_format is not None:
+            body["load_format"] = load_format
+        answer = self._run(self._call("POST", "/update_weights_from_tensor", body))
         self._check_success(answer, "load the weights")
+
+    # ------------------------------------------------------------------ SGLang's RL weight sync
+    def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        *,
+        group_name: str = "weight_update_group",
+        backend: str = "nccl",
+    ) -> None:
+        """Have the server join the learner's weight-sync process group (``/init_weights_update_group``).
+
+        The server's ranks are ``rank_offset`` plus its tensor-parallel ranks; the learner's rank 0
+        hosts the rendezvous at ``master_address:master_port`` and joins with
+        :func:`srt_agent.serving.weight_sync.init_custom_process_group` (or
+        :meth:`~srt_agent.serving.weight_sync.WeightSender.connect`). This call blocks until every
+        rank has joined, so make it from another thread (or process) than the learner's join.
+
+        Raises:
+            RuntimeError: The server could not join (e.g. the rendezvous timed out).
+        """
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
+        }
+        answer = self._run(self._call("POST", "/init_weights_update_group", body))
+        self._check_success(answer, f"join weight-sync group {group_name!r}")
+
+    def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
+        """Have the server leave a weight-sync group.
+
+        Raises:
+            RuntimeError: No such group.
+        """
+        answer = self._run(self._call("POST", "/destroy_weights_update_group", {"group_name": group_name}))
+        self._check_success(answer, f"leave weight-sync group {group_name!r}")
+
+    def begin_weight_update(self, selector: str = "all") -> None:
+        """Open the weight-update session SGLang 0.5.23 requires around ``update_weights_from_*``.
+
+        Raises:
+            RuntimeError: A session is open already.
+        """
+        answer = self._run(self._call("POST", "/begin_weight_update", {"selector": selector}))
+        self._check_success(answer, "open a weight update session")
+
+    def end_weight_update(self) -> None:
+        """Close the weight-update session.
+
+        Raises:
+            RuntimeError: No session is open.
+        """
+        answer = self._run(self._call("POST", "/end_weight_update", {}))
+        self._check_success(answer, "close the weight update session")
+
+    @contextlib.contextmanager
+    def weight_update_session(self, selector: str = "all") -> Iterator[None]:
+        """``begin_weight_update`` ... ``end_weight_update``; the session is closed even on an error."""
+        self.begin_weight_update(selector)
+        try:
+            yield
+        finally:
+            self.end_weight_update()
+
+    def update_weights_from_distributed(
+        self,
+        names: Sequence[str],
+        dtypes: Sequence[str | torch.dtype],
+        shapes: Sequence[Sequence[int]],
+        *,
+        group_name: str = "weight_update_group",
+        flush_cache: bool = True,
+        load_format: str | None = None,
+        abort_all_requests: bool = False,
+        weight_version: str | None = None,
+    ) -> None:
+        """Have the server receive tensors the learner broadcasts over the group, and load them.
+
+        The learner broadcasts them from rank 0 in the same order
+        (:class:`~srt_agent.serving.weight_sync.WeightSender`), one broadcast each, or one
+        ``uint8`` buffer with ``load_format="flattened_bucket"``. The call blocks until the server
+        has received and loaded them, so make it from another thread (or process) than the
+        broadcast. It must run inside a weight-update session (:meth:`weight_update_session`).
+
+        Args:
+            names: HF parameter names.
+            dtypes: Their dtypes (``torch.bfloat16`` or ``"bfloat16"``).
+            shapes: Their shapes.
+            group_name: The group (as in :meth:`init_weights_update_group`).
+            flush_cache: Flush the server's cache afterwards (SGLang refuses while requests run,
+                unless paused with ``retract``; the call then fails though the weights are loaded).
+            load_format: ``None``, or ``"flattened_bucket"``.
+            abort_all_requests: Abort the running requests first.
+            weight_version: A version label the server records.
+
+        Raises:
+            RuntimeError: The server refused (outside a session, an unknown group, a wrong name or
+                shape), or the flush failed.
+        """
+        body: dict[str, Any] = {
+            "names": list(names),
+            "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+            "shapes": [[int(n) for n in s] for s in shapes],
+            "group_name": group_name,
+            "flush_cache": flush_cache,
+            "abort_all_requests": abort_all_requests,
+        }
+        if load_format is not None:
+            body["load_format"] = load_format
+        if weight_version is not None:
+            body["weight_version"] = weight_version
+        answer = self._run(self._call("POST", "/update_weights_from_distributed", body))
+        self._check_success(answer, f"receive {len(body['names'])} tensor(s) over {group_name!r}")
 
     def _check_success(self, answer: Any, what: str) -> None:
         """Raise when a ``{"success": ..., "message": ...}`` answer says the server could not ``what``."""
@@ -250,13 +384,62 @@ class SGLangEngine:
         """Drop the server's KV prefix cache."""
         self._run(self._call("POST", "/flush_cache"))
 
-    def release_memory(self) -> None:
-        """Free the server's GPU memory (weights and KV cache) while the learner trains."""
-        self._run(self._call("POST", "/release_memory_occupation", {}))
+    # ------------------------------------------------------------------ pause, memory
+    def pause_generation(self, mode: str) -> None:
+        """Hold new generations until :meth:`continue_generation` (``/pause_generation``).
 
-    def resume_memory(self) -> None:
-        """Take the memory back after :meth:`release_memory`."""
-        self._run(self._call("POST", "/resume_memory_occupation", {}))
+        Args:
+            mode: ``"abort"`` (SGLang's default) aborts the running requests too; ``"retract"``
+                puts them back in the queue (their cache is recomputed after the pause);
+                ``"in_place"`` leaves them where they are (a cache flush then fails).
+        """
+        answer = self._run(self._call("POST", "/pause_generation", {"mode": mode}))
+        self._check_status(answer, f"pause generation ({mode})")
+
+    def continue_generation(self, *, torch_empty_cache: bool = True) -> None:
+        """Let held and new generations run again (``/continue_generation``)."""
+        body = {"torch_empty_cache": torch_empty_cache}
+        answer = self._run(self._call("POST", "/continue_generation", body))
+        self._check_status(answer, "continue generation")
+
+    def _check_status(self, answer: Any, what: str) -> None:
+        if not isinstance(answer, dict) or answer.get("status") != "ok":
+            raise RuntimeError(f"{self.url} could not {what}: {answer}")
+
+    def release_memory_occupation(self, tags: Sequence[str] | None = None) -> None:
+        """Free the server's GPU memory while the learner trains (``/release_memory_occupation``).
+
+        Args:
+            tags: Which memory: ``None`` for all, or some of ``"weights"``, ``"kv_cache"``,
+                ``"cuda_graph"``. SGLang needs the server idle (or paused) and
+                ``--enable-memory-saver``; its weights are lost unless ``--enable-weights-cpu-backup``.
+
+        Raises:
+            ValueError: The server refused (it is busy, say).
+        """
+        body = {"tags": list(tags) if tags is not None else None}
+        self._run(self._call("POST", "/release_memory_occupation", body))
+
+    def resume_memory_occupation(self, tags: Sequence[str] | None = None) -> None:
+        """Take back released memory (``/resume_memory_occupation``).
+
+        Args:
+            tags: ``None`` for all three tags, or some of them; each must have been released (a
+                tag resumed that is not released kills SGLang's scheduler).
+
+        Raises:
+            ValueError: The server refused (a tag is not released, say).
+        """
+        body = {"tags": list(tags) if tags is not None else None}
+        self._run(self._call("POST", "/resume_memory_occupation", body))
+
+    def release_memory(self, tags: Sequence[str] | None = None) -> None:
+        """:meth:`release_memory_occupation` (all of the memory by default)."""
+        self.release_memory_occupation(tags)
+
+    def resume_memory(self, tags: Sequence[str] | None = None) -> None:
+        """:meth:`resume_memory_occupation` (all of the memory by default)."""
+        self.resume_memory_occupation(tags)
 
     def server_info(self) -> dict[str, Any]:
         """The server's ``/server_info`` answer."""
@@ -367,8 +550,14 @@ class SGLangEngine:
 def _parse(response: httpx.Response, where: str) -> Any:
     if response.status_code >= 400:
         try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and payload.get("success") is False:
+            return payload  # SGLang's {"success": false, "message": ...}: the caller says what failed
+        try:
+            message = payload["error"]["message"]
+        except (KeyError, TypeError):
             message = response.text[:500]
         if response.status_code in (400, 404, 405, 422, 501):
             raise ValueError(f"{where} refused the request ({response.status_code}): {message}")

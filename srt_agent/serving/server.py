@@ -5,9 +5,40 @@ drafts for every client) answers the endpoints a rollout client needs, with SGLa
 JSON (:mod:`srt_agent.serving.wire`): ``POST /generate`` (one request or a batch; concurrent
 requests join the engine's running batch), ``GET /health``, ``GET /health_generate``,
 ``GET /model_info``, ``GET /server_info`` (and their older ``/get_*`` names),
-``POST /update_weights_from_disk``, ``GET|POST /flush_cache``. Memory release and tensor weight
-updates are SGLang features this engine lacks; they answer 501 with the alternative. Errors are
+``POST /update_weights_from_disk``, ``GET|POST /flush_cache``. Errors are
 ``{"error": {"message": ...}}`` with status 400 (a bad request), 404, 501 or 500, as SGLang's are.
+
+It also follows SGLang 0.5.23's RL weight-sync protocol, rules included, so that a rollout engine
+written for SGLang can be tested against it on a CPU:
+
+* ``POST /init_weights_update_group`` joins the learner's process group
+  (:func:`~srt_agent.serving.weight_sync.init_custom_process_group`, rank ``rank_offset``); it
+  answers once every rank has joined. ``POST /destroy_weights_update_group`` leaves it.
+* ``POST /begin_weight_update`` and ``POST /end_weight_update`` bracket a session; weight updates
+  outside one fail, and so do a second begin and an end without a begin.
+* ``POST /update_weights_from_distributed`` receives the named tensors over the group (one
+  broadcast from rank 0 each, in list order, or one ``flattened_bucket``) and loads them; with
+  ``flush_cache`` it then flushes, which fails (``success: false``, the weights are loaded) while
+  requests are running, unless generation is paused in ``retract`` mode.
+* ``POST /update_weights_from_tensor`` obeys the session rules, then refuses (501): its CUDA IPC
+  handles cannot be opened by this server.
+* Unless generation is paused, a weight update or session call waits for the ``/generate`` calls in
+  flight to finish, and new ones wait for it (SGLang's model-update reader/writer lock).
+* ``POST /pause_generation`` (``mode``: ``abort``, the default, ``retract`` or ``in_place``) holds
+  new ``/generate`` calls until ``POST /continue_generation``; ``abort`` also aborts the running
+  requests (their answers come back with ``finish_reason`` ``abort``) and answers once they have.
+* ``GET|POST /release_memory_occupation`` and ``/resume_memory_occupation`` (``tags``: null, which
+  means all, or a list of ``weights``, ``kv_cache``, ``cuda_graph``) keep SGLang's bookkeeping:
+  release requires an idle server (or a ``retract`` pause), resuming a tag that is not released is
+  refused. Nothing is freed (the weights stay, as with ``--enable-weights-cpu-backup``; releasing
+  ``kv_cache`` flushes the prefix cache), but ``/generate`` fails while any tag is released.
+
+Where SGLang's scheduler would die (an assertion, a ``KeyError``), this server answers 400 and
+says so. Differences from SGLang: ``retract`` and ``in_place`` pauses hold new requests only; the
+running ones go on to their end (SGLang stalls them, and after a ``retract`` recomputes their
+cache with the new weights), so a weight update can reach them between two steps. A ``retract``
+pause counts as idle for flushes and memory release even while those requests run. Unknown memory
+tags are refused (SGLang records them).
 
 It is a threaded standard-library server, for one machine: a rollout client, tests of the
 SGLang client without a GPU, or the embedded engine as a service. It streams (``"stream": true``)
@@ -16,12 +47,14 @@ one event with the whole answer, then ``data: [DONE]``, since the engine hands o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +64,8 @@ from srt_agent.errors import describe_fault
 from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
+    import torch.distributed
+
     from srt_agent.engine.torch_engine import TorchEngine
 
 __all__ = ["EngineServer"]
@@ -39,6 +74,14 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 2**20
 """Largest request body read (a batch of long prompts fits; a runaway client does not)."""
+
+MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
+"""SGLang's ``GPU_MEMORY_ALL_TYPES``: what ``tags: null`` releases or resumes."""
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+_SGLANG_DIES = "SGLang 0.5.23's scheduler would have died here"
+_REQUIRED = object()
 
 
 class _HTTPError(Exception):
@@ -56,6 +99,8 @@ class EngineServer:
         host: Interface to listen on (``127.0.0.1`` by default: the API has no authentication).
         port: TCP port; 0 picks a free one (see :attr:`url`).
         speculative: Whether the engine drafts (reported, and ``spec_verify_ct`` in answers).
+        group_timeout_s: How long joining a weight-sync group, and each broadcast over it, may
+            wait (torch's default, as in SGLang: 30 minutes).
     """
 
     def __init__(
@@ -66,13 +111,27 @@ class EngineServer:
         host: str = "127.0.0.1",
         port: int = 30000,
         speculative: bool = False,
+        group_timeout_s: float = 1800.0,
     ) -> None:
         self.engine = engine
         self.model_dir = Path(model_dir)
         self.speculative = speculative
+        self.group_timeout = timedelta(seconds=group_timeout_s)
         self.started = time.time()
         self._ids = itertools.count()
         self._updating = threading.Lock()  # one weight update at a time
+        # SGLang's tokenizer-side state: the pause flag, and the model-update lock that every
+        # /generate holds (reader) and every unpaused weight update takes (writer).
+        self._state = threading.Condition()
+        self._paused: str | None = None  # the pause mode
+        self._readers = 0  # /generate calls in the engine
+        self._writer = False
+        self._writers_waiting = 0
+        # SGLang's scheduler-side state (changed under the writer, or under _state).
+        self._session: dict[str, Any] | None = None  # selector, and whether weights were loaded
+        self._groups: dict[str, tuple[torch.distributed.ProcessGroup, str]] = {}  # name: (group, backend)
+        self._groups_lock = threading.Lock()  # a group is not left while weights arrive over it
+        self._released: set[str] = set()
         self._routes = self._route_table()
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
         self._httpd.daemon_threads = True
@@ -95,12 +154,20 @@ class EngineServer:
         return self
 
     def close(self) -> None:
-        """Stop serving, then close the engine."""
+        """Stop serving, leave the weight-sync groups, then close the engine."""
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
             self._thread = None
         self._httpd.server_close()
+        with self._state:
+            self._paused = None  # held /generate calls go on, and find the engine closed
+            self._state.notify_all()
+        for name in list(self._groups):
+            try:
+                self._destroy_group(name)
+            except Exception as exc:  # noqa: BLE001 - closing goes on
+                log.warning("leaving weight-sync group %r failed: %s", name, describe_fault(exc))
         self.engine.close()
 
     def __enter__(self) -> EngineServer:
@@ -122,15 +189,18 @@ class EngineServer:
             ("POST", "/update_weights_from_disk"): self._update_from_disk,
             ("GET", "/flush_cache"): self._flush,
             ("POST", "/flush_cache"): self._flush,
-            ("POST", "/update_weights_from_tensor"): self._unsupported(
-                "tensor weight updates need SGLang's colocated engine; use /update_weights_from_disk"
-            ),
-            ("POST", "/release_memory_occupation"): self._unsupported(
-                "the embedded engine keeps its memory; stop the server to free it"
-            ),
-            ("POST", "/resume_memory_occupation"): self._unsupported(
-                "the embedded engine keeps its memory; stop the server to free it"
-            ),
+            ("POST", "/init_weights_update_group"): self._init_group,
+            ("POST", "/destroy_weights_update_group"): self._destroy_group_route,
+            ("POST", "/begin_weight_update"): self._begin_update,
+            ("POST", "/end_weight_update"): self._end_update,
+            ("POST", "/update_weights_from_distributed"): self._update_from_distributed,
+            ("POST", "/update_weights_from_tensor"): self._update_from_tensor,
+            ("POST", "/pause_generation"): self._pause,
+            ("POST", "/continue_generation"): self._continue,
+            ("GET", "/release_memory_occupation"): self._release_memory,
+            ("POST", "/release_memory_occupation"): self._release_memory,
+            ("GET", "/resume_memory_occupation"): self._resume_memory,
+            ("POST", "/resume_memory_occupation"): self._resume_memory,
         }
 
     def _generate(self, body: Any) -> tuple[HTTPStatus, Any]:
@@ -139,7 +209,8 @@ class EngineServer:
         except WireError as exc:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         try:
-            outputs = self.engine.generate(requests)
+            with self._reading():
+                outputs = self.engine.generate(requests)
         except ValueError as exc:  # too long a prompt, a duplicate rid: the client's to fix
             raise _HTTPError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         tokenizer = self.engine.tokenizer
@@ -207,12 +278,302 @@ class EngineServer:
         self.engine.flush_cache()
         return HTTPStatus.OK, "Cache flushed."
 
-    @staticmethod
-    def _unsupported(why: str) -> Callable[[Any], tuple[HTTPStatus, Any]]:
-        def answer(_: Any) -> tuple[HTTPStatus, Any]:
-            raise _HTTPError(HTTPStatus.NOT_IMPLEMENTED, why)
+    # ------------------------------------------------------------------ weight sync (SGLang's RL API)
+    def _init_group(self, body: Any) -> tuple[HTTPStatus, Any]:
+        from srt_agent.serving.weight_sync import (
+            DEFAULT_GROUP_NAME,
+            init_custom_process_group,
+            tcp_init_method,
+        )
 
-        return answer
+        address = _field(body, "master_address", str)
+        port = _field(body, "master_port", int)
+        rank = _field(body, "rank_offset", int)  # plus the TP rank, 0 here
+        world_size = _field(body, "world_size", int)
+        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
+        backend = _field(body, "backend", str, "nccl")
+        if not name:
+            raise _HTTPError(
+                HTTPStatus.BAD_REQUEST, f"group_name must not be empty ({_SGLANG_DIES}: an assert)"
+            )
+        if name in self._groups:
+            return _failure(f"Failed to initialize custom process group: a group named {name!r} exists.")
+        result: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                result["group"] = init_custom_process_group(
+                    backend,
+                    tcp_init_method(address, port),
+                    world_size,
+                    rank,
+                    name,
+                    timeout=self.group_timeout,
+                )
+            except Exception as exc:  # noqa: BLE001 - SGLang answers any failure to join as success: false
+                result["error"] = exc
+
+        # The rendezvous returns once every rank (the learner's rank 0 too) has joined.
+        joiner = threading.Thread(target=join, name=f"srt-join-{name}", daemon=True)
+        joiner.start()
+        joiner.join()
+        if "error" in result:
+            log.warning("joining weight-sync group %r failed: %s", name, describe_fault(result["error"]))
+            return _failure(f"Failed to initialize custom process group: {describe_fault(result['error'])}.")
+        with self._groups_lock:
+            self._groups[name] = (result["group"], backend)
+        return HTTPStatus.OK, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    def _destroy_group_route(self, body: Any) -> tuple[HTTPStatus, Any]:
+        from srt_agent.serving.weight_sync import DEFAULT_GROUP_NAME
+
+        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
+        try:
+            with self._groups_lock:
+                if name not in self._groups:
+                    return _failure("The group to be destroyed does not exist.")
+                self._destroy_group(name)
+        except Exception as exc:  # noqa: BLE001 - as SGLang: success false
+            return _failure(f"Failed to destroy custom process group: {describe_fault(exc)}.")
+        return HTTPStatus.OK, {"success": True, "message": "Succeeded to destroy custom process group."}
+
+    def _destroy_group(self, name: str) -> None:
+        import torch.distributed as dist
+
+        group, _ = self._groups.pop(name)
+        dist.destroy_process_group(group)
+
+    def _begin_update(self, body: Any) -> tuple[HTTPStatus, Any]:
+        selector = _field(body, "selector", str, "all")
+        if selector not in ("target", "draft", "all"):
+            raise _HTTPError(
+                HTTPStatus.BAD_REQUEST, f"selector must be 'target', 'draft' or 'all', got {selector!r}"
+            )
+        with self._weights_exclusive():
+            if self._session is not None:
+                return _failure("a weight-update session is already open; call end_weight_update() first")
+            self._session = {"selector": selector, "loaded": False}
+        return HTTPStatus.OK, {"success": True, "message": "Success"}
+
+    def _end_update(self, _: Any) -> tuple[HTTPStatus, Any]:
+        with self._weights_exclusive():
+            if self._session is None:
+                return _failure("no weight-update session is open; call begin_weight_update() first")
+            self._session = None
+        return HTTPStatus.OK, {"success": True, "message": "Success"}
+
+    def _update_from_distributed(self, body: Any) -> tuple[HTTPStatus, Any]:
+        from srt_agent.engine.hf_checkpoint import CheckpointError
+        from srt_agent.serving.weight_sync import DEFAULT_GROUP_NAME, receive_tensors
+
+        names = _field(body, "names", list)
+        dtypes = _field(body, "dtypes", list)
+        shapes = _field(body, "shapes", list)
+        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
+        flush = _field(body, "flush_cache", bool, True)
+        load_format = _field(body, "load_format", (str, type(None)), None)
+        _field(body, "selector", str, "all")
+        if not all(isinstance(n, str) for n in names) or not all(isinstance(d, str) for d in dtypes):
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, "names and dtypes must be lists of strings")
+        if not all(isinstance(s, list) and all(type(n) is int for n in s) for s in shapes):
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, "shapes must be a list of lists of ints")
+        if _field(body, "abort_all_requests", bool, False):
+            self._abort_running("aborted for a weight update")
+        with self._weights_exclusive():
+            if self._session is None:
+                return _failure(
+                    "update_weights_from_distributed must run between begin_weight_update() and "
+                    "end_weight_update()"
+                )
+            try:
+                with self._groups_lock:
+                    if name not in self._groups:
+                        raise ValueError(
+                            f"Group {name} not in {list(self._groups)}. "
+                            "Please call `init_weights_update_group` first."
+                        )
+                    group, backend = self._groups[name]
+                    tensors = receive_tensors(
+                        group,
+                        names,
+                        dtypes,
+                        shapes,
+                        device=self._receive_device(backend),
+                        load_format=load_format,
+                    )
+            except Exception as exc:  # noqa: BLE001 - as SGLang: any failure to receive is success false
+                return _failure(f"Failed to receive weights: {describe_fault(exc)}")
+            if "weights" in self._released:
+                return _failure(
+                    "the weights were received but not loaded: their memory is released; call "
+                    f"/resume_memory_occupation with tags ['weights'] first ({_SGLANG_DIES}: it would "
+                    "write into released GPU memory)"
+                )
+            try:
+                self.engine.update_weights(dict(tensors))
+            except (CheckpointError, ValueError) as exc:
+                return _failure(f"Failed to update parameter online: {describe_fault(exc)}")
+            self._session["loaded"] = True
+            if flush and not self._flush_if_idle():
+                return _failure(
+                    "Weights were updated, but the cache was not flushed because requests are still "
+                    "running or queued. Retract or finish them, then call /flush_cache."
+                )
+        return HTTPStatus.OK, {"success": True, "message": "Succeeded to update parameter online."}
+
+    def _update_from_tensor(self, body: Any) -> tuple[HTTPStatus, Any]:
+        payloads = _field(body, "serialized_named_tensors", list)
+        if not all(isinstance(p, str) for p in payloads):
+            raise _HTTPError(
+                HTTPStatus.BAD_REQUEST, "serialized_named_tensors must be a list of base64 strings"
+            )
+        if _field(body, "abort_all_requests", bool, False):
+            self._abort_running("aborted for a weight update")
+        with self._weights_exclusive():
+            if self._session is None:
+                return _failure(
+                    "update_weights_from_tensor must run between begin_weight_update() and "
+                    "end_weight_update()"
+                )
+        return HTTPStatus.NOT_IMPLEMENTED, {
+            "success": False,
+            "message": "this server cannot open the tensors' CUDA IPC handles (SGLang's colocated "
+            "path); use /update_weights_from_distributed or /update_weights_from_disk",
+        }
+
+    def _receive_device(self, backend: str) -> Any:
+        """Where tensors arrive: NCCL on the engine's GPU (else the current GPU), gloo on the CPU."""
+        import torch
+
+        if backend != "nccl":
+            return torch.device("cpu")
+        device = self.engine.model.device
+        return device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+
+    # ------------------------------------------------------------------ pause, memory
+    def _pause(self, body: Any) -> tuple[HTTPStatus, Any]:
+        mode = _field(body, "mode", str, "abort")
+        if mode not in PAUSE_MODES:
+            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"mode must be one of {list(PAUSE_MODES)}, got {mode!r}")
+        with self._state:
+            self._paused = mode
+            self._state.notify_all()
+        if mode == "abort":
+            self._abort_running("aborted by /pause_generation", until_done=True)
+        return HTTPStatus.OK, {"message": "Generation paused successfully.", "status": "ok"}
+
+    def _continue(self, body: Any) -> tuple[HTTPStatus, Any]:
+        empty_cache = _field(body, "torch_empty_cache", bool, True)
+        with self._state:
+            # A paused weight update holds SGLang's pause condition: continuing waits for it.
+            self._state.wait_for(lambda: not (self._writer and self._paused is not None))
+            self._paused = None
+            self._state.notify_all()
+        if empty_cache and self.engine.model.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        return HTTPStatus.OK, {"message": "Generation continued successfully.", "status": "ok"}
+
+    def _release_memory(self, body: Any) -> tuple[HTTPStatus, Any]:
+        tags = _memory_tags(body)
+        with self._state:
+            if not self._idle():
+                raise _HTTPError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"release_memory_occupation should be called only when server is idle; {self._readers} "
+                    f"generate call(s) are running ({_SGLANG_DIES}: an assert). Finish them, or pause "
+                    "generation first (mode abort or retract)",
+                )
+            self._released.update(tags)
+        if "kv_cache" in tags:
+            self.engine.flush_cache()
+        return HTTPStatus.OK, None
+
+    def _resume_memory(self, body: Any) -> tuple[HTTPStatus, Any]:
+        tags = _memory_tags(body)
+        with self._state:
+            left = set(self._released)
+            missing = []
+            for tag in tags:  # SGLang removes them one by one: a tag twice is resumed twice
+                if tag in left:
+                    left.remove(tag)
+                else:
+                    missing.append(tag)
+            if missing:
+                raise _HTTPError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"cannot resume {missing}: not released (released: {sorted(self._released)}; "
+                    f"{_SGLANG_DIES}: a KeyError). Resume only released tags; null means all of "
+                    f"{list(MEMORY_TAGS)}",
+                )
+            self._released = left
+        return HTTPStatus.OK, None
+
+    # ------------------------------------------------------------------ SGLang's locks and states
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold SGLang's model-update reader lock around a generation, once generation is not paused."""
+        with self._state:
+            self._state.wait_for(
+                lambda: self._paused is None and not self._writer and not self._writers_waiting
+            )
+            if self._released:
+                raise _HTTPError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"cannot generate: the server's memory is released ({sorted(self._released)}); "
+                    "POST /resume_memory_occupation first",
+                )
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._readers -= 1
+                self._state.notify_all()
+
+    @contextlib.contextmanager
+    def _weights_exclusive(self) -> Iterator[None]:
+        """SGLang's writer lock: wait for running generations unless paused, and hold new ones."""
+        with self._state:
+            self._writers_waiting += 1
+            try:
+                self._state.wait_for(
+                    lambda: not self._writer and (self._paused is not None or self._readers == 0)
+                )
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._state:
+                self._writer = False
+                self._state.notify_all()
+
+    def _idle(self) -> bool:
+        """SGLang's ``is_fully_idle(ignore_waiting=paused)``: nothing running (retracted requests wait)."""
+        return self._paused == "retract" or self._readers == 0
+
+    def _flush_if_idle(self) -> bool:
+        with self._state:
+            if not self._idle():
+                return False
+        self.engine.flush_cache()
+        return True
+
+    def _abort_running(self, why: str, *, until_done: bool = False) -> None:
+        """Abort every request in the engine (answers: ``abort``); ``until_done``: until no call is left."""
+        engine = self.engine
+        while True:
+            # TorchEngine has no public abort-all; run the scheduler's between two steps.
+            engine._call(lambda: engine._scheduler.abort_all(why))
+            if not until_done:
+                return
+            with self._state:
+                # A call may reach the engine just after the abort: abort again until none is left.
+                if self._state.wait_for(lambda: self._readers == 0, timeout=0.05):
+                    return
 
     # ------------------------------------------------------------------ HTTP plumbing
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -281,3 +642,35 @@ class EngineServer:
                 self.wfile.write(data)
 
         return Handler
+
+
+def _field(body: Any, name: str, kind: type | tuple[type, ...], default: Any = _REQUIRED) -> Any:
+    """``body[name]`` checked against ``kind`` (a bool is not an int), or ``default`` if absent or null."""
+    if not isinstance(body, dict):
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body must be a JSON object, got {type(body).__name__}")
+    value = body.get(name)
+    if value is None and default is not _REQUIRED:
+        return default
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if value is None and type(None) not in kinds:
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} is required")
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} must be {names}, got {value!r}")
+    return value
+
+
+def _failure(message: str) -> tuple[HTTPStatus, Any]:
+    """SGLang's answer to a control call that did not succeed."""
+    return HTTPStatus.BAD_REQUEST, {"success": False, "message": message}
+
+
+def _memory_tags(body: Any) -> list[str]:
+    """The ``tags`` of a memory release or resume: null or ``[]`` mean all of :data:`MEMORY_TAGS`."""
+    tags = _field(body, "tags", list, None)
+    if not tags:
+        return list(MEMORY_TAGS)
+    unknown = [t for t in tags if t not in MEMORY_TAGS]
+    if unknown:
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"unknown memory tags {unknown}; use {list(MEMORY_TAGS)}")
+    return list(tags)
