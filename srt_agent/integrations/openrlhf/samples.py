@@ -171,6 +171,12 @@ async def play_episode(
         seed=seed,
     )
     spec = EpisodeSpec(env_id, seed=env_seed, env_options=options)
-    engine = VLLMEngineAdapter(llm_engine, sampling_params, max_length)
+    # An srt-agent engine (SGLangRolloutEngine) is played directly: its requests keep their task
+    # ids and conversation states, which SRT drafting keys its trees by. vLLM is adapted.
+    engine = (
+        llm_engine
+        if hasattr(llm_engine, "agenerate")
+        else VLLMEngineAdapter(llm_engine, sampling_params, max_length)
+    )
     trajectory = await EpisodeRunner(spec, engine, fmt, config).run()
     return to_openrlhf(trajectory, prompt, label)
