@@ -384,6 +384,26 @@ def openrlhf_data_cmd(
     console.print(f"wrote {tasks} prompts to {out}")
 
 
+@app.command("openrlhf-train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def openrlhf_train_cmd(
+    ctx: typer.Context,
+    server: Annotated[
+        str, typer.Option(help="Rollout servers: sglang (SGLang with SRT, GPUs) or srt (embedded engine).")
+    ] = "sglang",
+) -> None:
+    """OpenRLHF's PPO/GRPO trainer with SGLang rollout engines drafting with SRT.
+
+    Everything after `--` is OpenRLHF's own arguments (openrlhf.cli.train_ppo_ray); see
+    examples/openrlhf for GRPO on srt/Calculator-v0.
+    """
+    from srt_agent.integrations.openrlhf.learner_patch import OpenRLHFSetupError, run_openrlhf_train
+
+    try:
+        run_openrlhf_train(list(ctx.args), server=server)
+    except OpenRLHFSetupError as exc:
+        raise _report_error(exc) from None
+
+
 bench_app = typer.Typer(
     help="Benchmarks (each prints a table and accepts --json PATH).", no_args_is_help=True
 )

@@ -13,6 +13,7 @@ from typing import Any
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.errors import SrtAgentError
 from srt_agent.isolation import await_in_thread
 from srt_agent.tree_cache.cache_types import TreeCacheConfig
 
@@ -80,7 +81,7 @@ class EngineReplica:
         return True
 
 
-class EscapedExit(Exception):
+class EscapedExit(SrtAgentError):
     """``SystemExit`` or ``KeyboardInterrupt`` raised by env code in a worker, as an ordinary exception.
 
     Raised as themselves they would end the worker (Ray takes ``SystemExit`` in a task as the actor

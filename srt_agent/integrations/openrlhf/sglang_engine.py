@@ -28,6 +28,7 @@ import base64
 import importlib.util
 import json
 import logging
+import os
 import pickle
 import tempfile
 from dataclasses import dataclass, field
@@ -487,7 +488,7 @@ def create_sglang_engines(
     remote_rm_url: str | None = None,
     max_images_per_prompt: int = 0,
     *,
-    server: str = "sglang",
+    server: str | None = None,
     num_gpus_per_engine: float | None = None,
 ) -> list[Any]:
     """OpenRLHF's ``create_vllm_engines``, with SGLang engines: the same arguments, Ray actor handles.
@@ -506,6 +507,7 @@ def create_sglang_engines(
 
     if max_images_per_prompt:
         raise ValueError("SGLang rollout engines serve text models; max_images_per_prompt must be 0")
+    server = server or os.environ.get("SRT_ROLLOUT_SERVER", "sglang")
     del full_determinism, enable_prefix_caching, logprobs_mode  # SGLang's radix cache is always on
     colocated = shared_pg is not None
     gpus = num_gpus_per_engine if num_gpus_per_engine is not None else (0.2 if colocated else 1.0)
