@@ -49,7 +49,7 @@ STRUCTS: dict[str, Any] = {
 def _recording_client(bodies: dict[str, Any]) -> SGLangEngine:
     def answer(request: httpx.Request) -> httpx.Response:
         bodies[request.url.path] = json.loads(request.content or b"{}")
-        return httpx.Response(200, json={"success": True, "message": "ok"})
+        return httpx.Response(200, json={"success": True, "message": "ok", "status": "ok"})
 
     return SGLangEngine(
         "http://sglang.test", max_context=64, transport=httpx.MockTransport(answer), check=False
