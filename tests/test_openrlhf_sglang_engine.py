@@ -169,3 +169,54 @@ def test_generate_responses_runs_the_agent_executor_and_survives_a_server_death(
     again = asyncio.run(engine.generate_responses("p", "l", _greedy(), 512, None, num_samples=3))
     assert [s["observation_tokens"] for s in again] == [s["observation_tokens"] for s in first]
     assert engine.process.alive()
+
+
+def test_the_patched_learner_group_syncs_the_engine(
+    engine: SGLangRolloutEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenRLHF's learner with the patch: its sync-group set-up (``sglang_sync_group``, what
+    ``ActorPPOTrainer._init_vllm_sync_group`` becomes) meets the engine's, and its per-parameter
+    loop (``self._model_update_group.broadcast(param.data, src=0, stream=...)`` while the engines'
+    ``update_weight`` calls wait) loads the learner's weights into the server."""
+    import threading
+    from concurrent.futures import Future
+
+    import ray
+
+    from srt_agent.integrations.openrlhf.learner_patch import sglang_sync_group
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    class Remote:  # engine.<method>.remote(...) as a future on the engine's own loop (a Ray actor's)
+        def __init__(self, method: Any) -> None:
+            self.method = method
+
+        def remote(self, *args: Any, **kwargs: Any) -> Future[Any]:
+            return asyncio.run_coroutine_threadsafe(self.method(*args, **kwargs), loop)
+
+    handle = SimpleNamespace(
+        init_process_group=Remote(engine.init_process_group), update_weight=Remote(engine.update_weight)
+    )
+    vllm_args = SimpleNamespace(sync_with_ray=False, tensor_parallel_size=1, num_engines=1)
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(args=SimpleNamespace(vllm=vllm_args)), vllm_engines=[handle]
+    )
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
+    monkeypatch.setattr(ray, "get", lambda refs: [r.result(timeout=60) for r in refs])
+    try:
+        sglang_sync_group(trainer, "gloo")
+        new_dir = save_tiny_llama(tmp_path / "learner", seed=2)
+        state = sorted(read_state_dict(new_dir).items())
+        for count, (name, param) in enumerate(state, 1):  # OpenRLHF's _broadcast_param, rank 0
+            refs = [
+                e.update_weight.remote(
+                    name, dtype=param.dtype, shape=param.shape, empty_cache=count == len(state)
+                )
+                for e in trainer.vllm_engines
+            ]
+            trainer._model_update_group.broadcast(param.data, src=0, stream=None)
+            ray.get(refs)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert _generate(engine)[0] == _local(new_dir)[0]
