@@ -119,6 +119,7 @@ def test_a_per_parameter_sync_over_the_group_loads_the_learners_weights(
         asyncio.run(sync())
     finally:
         _, err = learner.communicate(b"done\n", timeout=60)
+        engine.client.destroy_weights_update_group("openrlhf")  # the server may join it again later
     assert learner.returncode == 0, err.decode()[-2000:]
     assert _generate(engine)[0] == _local(new_dir)[0]  # the server now generates with the new weights
 
@@ -223,4 +224,5 @@ def test_the_patched_learner_group_syncs_the_engine(
         group = getattr(trainer, "_model_update_group", None)
         if group is not None:  # a process may be in one group of a name: leave it for other tests
             torch.distributed.destroy_process_group(group.group)
+            engine.client.destroy_weights_update_group("openrlhf")
     assert _generate(engine)[0] == _local(new_dir)[0]
