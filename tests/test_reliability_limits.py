@@ -118,7 +118,7 @@ def test_a_process_tool_stuck_in_one_c_call_is_killed_at_its_timeout() -> None:
     assert tools.call(ToolCall(id="0", name="chatty", arguments={"a": 1})).content == "2"  # warm, and prints
     t0 = time.perf_counter()
     stuck = tools.call(ToolCall(id="1", name="stuck_in_c", arguments={"digits": 10**9}))
-    assert stuck.error == "timeout" and time.perf_counter() - t0 < 1.5  # a thread ran 2.7 s on a 1 s limit
+    assert stuck.error == "timeout" and time.perf_counter() - t0 < 3.0  # in a thread: minutes
     died = tools.call(ToolCall(id="2", name="die", arguments={"code": 7}))
     assert died.error == "error" and "exit code 7" in died.content
     first = tools.call(ToolCall(id="3", name="pid", arguments={})).content
