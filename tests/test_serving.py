@@ -103,7 +103,7 @@ def test_bad_requests_and_missing_servers_fail_clearly(client: SGLangEngine, ser
     assert httpx.post(f"{server.url}/resume_memory_occupation", json={}).status_code == 400
     assert httpx.get(f"{server.url}/nope").status_code == 404
     with pytest.raises(ValueError, match="not released"):
-        client.resume_memory()
+        client.resume_memory_occupation()
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from chat_fixtures import save_tiny_llama
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams
 from srt_agent.engine.hf_checkpoint import read_state_dict
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.integrations.openrlhf.server_process import free_port
 from srt_agent.serving import EngineServer, SGLangEngine
 from srt_agent.serving.weight_sync import dtype_from_name, dtype_name, tcp_init_method, update_request
 
@@ -80,12 +80,6 @@ def server(model_dir: Path) -> Iterator[EngineServer]:
 def client(server: EngineServer) -> Iterator[SGLangEngine]:
     with SGLangEngine(server.url, max_context=2048, timeout_s=60) as c:
         yield c
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _learner(port: int, rounds: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
@@ -154,7 +148,7 @@ def test_distributed_updates_load_the_learners_weights(
 ) -> None:
     """Parameter by parameter (OpenRLHF's way), then one flattened bucket back to the original."""
     before = client.generate(_requests())
-    port = _free_port()
+    port = free_port()
     learner = _learner(
         port, [{"dir": str(new_dir), "flattened": False}, {"dir": str(model_dir), "flattened": True}]
     )
@@ -192,7 +186,7 @@ def test_a_flush_fails_while_requests_run_unless_they_are_retracted(
     new_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     learner = _learner(
         port, [{"dir": str(new_dir), "flattened": False}, {"dir": str(model_dir), "flattened": False}]
     )
@@ -309,7 +303,7 @@ def test_memory_release_and_resume_keep_sglangs_bookkeeping(
         client.resume_memory_occupation(["kv_cache"])  # SGLang: a KeyError kills the scheduler
     with pytest.raises(ValueError, match="unknown memory tags"):
         client.release_memory_occupation(["gpu"])
-    client.release_memory()  # all three
+    client.release_memory_occupation()  # all three
     client.release_memory_occupation(["weights"])  # a set: releasing again is no error
     answer = httpx.post(
         f"{server.url}/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}}
@@ -317,7 +311,7 @@ def test_memory_release_and_resume_keep_sglangs_bookkeeping(
     assert answer.status_code == 400 and "resume_memory_occupation" in answer.json()["error"]["message"]
     client.resume_memory_occupation(["weights"])
     with pytest.raises(ValueError, match=r"cannot resume \['weights'\]"):
-        client.resume_memory()  # null means all three, and the weights are back already
+        client.resume_memory_occupation()  # null means all three, and the weights are back already
     client.resume_memory_occupation(["kv_cache", "cuda_graph"])
     _same(client.generate(_requests(1)), want)  # the weights were kept
 

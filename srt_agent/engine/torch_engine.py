@@ -353,6 +353,10 @@ class TorchEngine:
         """Drop the parked keys and values of ended sequences (never the draft source's trees)."""
         self._call(self._scheduler.prefix.clear)
 
+    def abort_all(self, reason: str) -> None:
+        """End every running and waiting request between two steps; each answers ``abort`` with ``reason``."""
+        self._call(lambda: self._scheduler.abort_all(reason))
+
     def close(self) -> None:
         """Stop the worker; requests still running or waiting finish with ``abort``."""
         with self._lock:

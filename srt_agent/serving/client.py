@@ -433,14 +433,6 @@ class SGLangEngine:
         body = {"tags": list(tags) if tags is not None else None}
         self._run(self._call("POST", "/resume_memory_occupation", body))
 
-    def release_memory(self, tags: Sequence[str] | None = None) -> None:
-        """:meth:`release_memory_occupation` (all of the memory by default)."""
-        self.release_memory_occupation(tags)
-
-    def resume_memory(self, tags: Sequence[str] | None = None) -> None:
-        """:meth:`resume_memory_occupation` (all of the memory by default)."""
-        self.resume_memory_occupation(tags)
-
     def server_info(self) -> dict[str, Any]:
         """The server's ``/server_info`` answer."""
         answer = self._run(self._call("GET", "/server_info"))

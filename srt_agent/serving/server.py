@@ -60,7 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srt_agent.errors import describe_fault
+from srt_agent.errors import describe_fault, shown
 from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
@@ -298,30 +298,17 @@ class EngineServer:
             )
         if name in self._groups:
             return _failure(f"Failed to initialize custom process group: a group named {name!r} exists.")
-        result: dict[str, Any] = {}
-
-        def join() -> None:
-            try:
-                result["group"] = init_custom_process_group(
-                    backend,
-                    tcp_init_method(address, port),
-                    world_size,
-                    rank,
-                    name,
-                    timeout=self.group_timeout,
-                )
-            except Exception as exc:  # noqa: BLE001 - SGLang answers any failure to join as success: false
-                result["error"] = exc
-
-        # The rendezvous returns once every rank (the learner's rank 0 too) has joined.
-        joiner = threading.Thread(target=join, name=f"srt-join-{name}", daemon=True)
-        joiner.start()
-        joiner.join()
-        if "error" in result:
-            log.warning("joining weight-sync group %r failed: %s", name, describe_fault(result["error"]))
-            return _failure(f"Failed to initialize custom process group: {describe_fault(result['error'])}.")
+        # The rendezvous returns once every rank (the learner's rank 0 too) has joined; this request's
+        # handler thread waits for it, the server's other requests go on.
+        try:
+            group = init_custom_process_group(
+                backend, tcp_init_method(address, port), world_size, rank, name, timeout=self.group_timeout
+            )
+        except Exception as exc:  # noqa: BLE001 - SGLang answers any failure to join as success: false
+            log.warning("joining weight-sync group %r failed: %s", name, describe_fault(exc))
+            return _failure(f"Failed to initialize custom process group: {describe_fault(exc)}.")
         with self._groups_lock:
-            self._groups[name] = (result["group"], backend)
+            self._groups[name] = (group, backend)
         return HTTPStatus.OK, {"success": True, "message": "Succeeded to initialize custom process group."}
 
     def _destroy_group_route(self, body: Any) -> tuple[HTTPStatus, Any]:
@@ -347,7 +334,7 @@ class EngineServer:
         selector = _field(body, "selector", str, "all")
         if selector not in ("target", "draft", "all"):
             raise _HTTPError(
-                HTTPStatus.BAD_REQUEST, f"selector must be 'target', 'draft' or 'all', got {selector!r}"
+                HTTPStatus.BAD_REQUEST, f"selector must be 'target', 'draft' or 'all', got {shown(selector)}"
             )
         with self._weights_exclusive():
             if self._session is not None:
@@ -454,7 +441,9 @@ class EngineServer:
     def _pause(self, body: Any) -> tuple[HTTPStatus, Any]:
         mode = _field(body, "mode", str, "abort")
         if mode not in PAUSE_MODES:
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, f"mode must be one of {list(PAUSE_MODES)}, got {mode!r}")
+            raise _HTTPError(
+                HTTPStatus.BAD_REQUEST, f"mode must be one of {list(PAUSE_MODES)}, got {shown(mode)}"
+            )
         with self._state:
             self._paused = mode
             self._state.notify_all()
@@ -564,10 +553,8 @@ class EngineServer:
 
     def _abort_running(self, why: str, *, until_done: bool = False) -> None:
         """Abort every request in the engine (answers: ``abort``); ``until_done``: until no call is left."""
-        engine = self.engine
         while True:
-            # TorchEngine has no public abort-all; run the scheduler's between two steps.
-            engine._call(lambda: engine._scheduler.abort_all(why))
+            self.engine.abort_all(why)
             if not until_done:
                 return
             with self._state:
@@ -656,7 +643,7 @@ def _field(body: Any, name: str, kind: type | tuple[type, ...], default: Any = _
         raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} is required")
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         names = " or ".join(k.__name__ for k in kinds)
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} must be {names}, got {value!r}")
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} must be {names}, got {shown(value)}")
     return value
 
 

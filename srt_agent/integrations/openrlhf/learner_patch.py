@@ -22,13 +22,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import runpy
-import socket
 import sys
 import types
 import uuid
 from typing import Any
 
 from srt_agent.errors import SrtAgentError
+from srt_agent.integrations.openrlhf.server_process import free_port
+from srt_agent.serving.weight_sync import WeightSender
 
 __all__ = [
     "SETUP_HOOK",
@@ -80,15 +81,15 @@ def install_vllm_stand_in() -> bool:
 
 
 class _TorchGroup:
-    """The object OpenRLHF keeps as ``_model_update_group``: ``broadcast`` on a torch process group."""
+    """The object OpenRLHF keeps as ``_model_update_group``: ``broadcast`` on the sender's torch group."""
 
-    def __init__(self, group: Any) -> None:
-        self.group = group
+    def __init__(self, sender: WeightSender) -> None:
+        self.sender = sender
 
     def broadcast(self, tensor: Any, src: int = 0, stream: Any = None) -> None:
         import torch.distributed as dist
 
-        dist.broadcast(tensor, src, group=self.group)
+        dist.broadcast(tensor, src, group=self.sender.group)  # in place, as OpenRLHF's PyNccl group does
 
 
 def sglang_sync_group(trainer: Any, backend: str) -> None:
@@ -100,29 +101,19 @@ def sglang_sync_group(trainer: Any, backend: str) -> None:
     """
     import ray
 
-    from srt_agent.serving.weight_sync import init_custom_process_group, tcp_init_method
-
     args = trainer.strategy.args.vllm
     if getattr(args, "sync_with_ray", False):
         raise ValueError("SGLang engines cannot join a ray.util.collective group; drop --vllm.sync_with_ray")
     address = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port("")
     tp = int(args.tensor_parallel_size)
     world_size = int(args.num_engines) * tp + 1
     refs = [
         engine.init_process_group.remote(address, port, i * tp + 1, world_size, "openrlhf", backend=backend)
         for i, engine in enumerate(trainer.vllm_engines)
     ]
-    group = init_custom_process_group(
-        backend=backend,
-        init_method=tcp_init_method(address, port),
-        world_size=world_size,
-        rank=0,
-        group_name="openrlhf",
-    )
-    trainer._model_update_group = _TorchGroup(group)
+    sender = WeightSender.connect(address, port, world_size, group_name="openrlhf", backend=backend)
+    trainer._model_update_group = _TorchGroup(sender)
     ray.get(refs)
 
 

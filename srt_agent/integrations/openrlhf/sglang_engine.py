@@ -40,6 +40,7 @@ from srt_agent.engine.hf_checkpoint import read_config
 from srt_agent.errors import SrtAgentError
 from srt_agent.integrations.openrlhf.server_process import ServerProcess, free_port, server_args
 from srt_agent.serving.client import EngineConnectionError, SGLangEngine
+from srt_agent.serving.server import MEMORY_TAGS
 
 __all__ = [
     "CompletionOutput",
@@ -50,9 +51,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
-"""SGLang's memory regions, in release order."""
 
 
 class EngineServerLost(SrtAgentError, RuntimeError):
@@ -81,6 +79,12 @@ class RequestOutput:
     """vLLM's ``RequestOutput`` as OpenRLHF's executors read it (``outputs[0]``)."""
 
     outputs: list[CompletionOutput] = field(default_factory=list)
+
+
+def _eos_token_ids(model: str) -> tuple[int, ...]:
+    """The model's end tokens, from its ``config.json`` (one id, a list, or none)."""
+    eos = json.loads((Path(model) / "config.json").read_text()).get("eos_token_id")
+    return tuple(int(t) for t in eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
 
 
 def _sampling(params: Any, prompt_len: int, max_context: int, eos: tuple[int, ...]) -> SamplingParams:
@@ -167,7 +171,7 @@ class SGLangRolloutEngine:
         self.session_open = False
         self.group_name: str | None = None
         self.unfinished = 0
-        self._eos: tuple[int, ...] = ()
+        self.eos_token_ids = _eos_token_ids(self.model)  # vLLM stops on them unless ``ignore_eos``
         self._tokenizer: Any = None
         self._restarting = asyncio.Lock()
 
@@ -299,14 +303,6 @@ class SGLangRolloutEngine:
         """Requests in flight (OpenRLHF balances prompts over engines by this)."""
         return self.unfinished
 
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """The model's end tokens (vLLM stops on them unless ``ignore_eos``)."""
-        if not self._eos:
-            raw = json.loads((Path(self.model) / "config.json").read_text())
-            eos = raw.get("eos_token_id")
-            self._eos = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (int(eos),))
-        return self._eos
-
     async def generate(
         self,
         prompt_token_ids: list[int],
@@ -326,7 +322,7 @@ class SGLangRolloutEngine:
         request = GenerationRequest(
             request_id=f"openrlhf-{id(prompt_token_ids)}-{self.unfinished}",
             prompt_ids=tuple(int(t) for t in prompt_token_ids),
-            params=_sampling(sampling_params, len(prompt_token_ids), self.max_context, self.eos_token_ids()),
+            params=_sampling(sampling_params, len(prompt_token_ids), self.max_context, self.eos_token_ids),
             task_id=task_id,
         )
         out = await self.agenerate(request)
