@@ -7,6 +7,7 @@ later processes and the network (SGLang), so they are plain data, never live obj
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
@@ -70,14 +71,18 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        # NaN passes every comparison but the one that asks for it: test finiteness first (a NaN
+        # temperature turns every logit into NaN and samples token 0 forever).
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63) (torch's generator seed), got {self.seed}")
 
 
 def state_key(prefix_ids: Sequence[int]) -> str:

@@ -383,7 +383,12 @@ class TorchEngine:
     def _check_length(self, request: GenerationRequest) -> None:
         check_room(request, self._max_context)
 
-    def _invalid(self, request: GenerationRequest) -> str | None:
+    def invalid_reason(self, request: GenerationRequest) -> str | None:
+        """Why this engine cannot run ``request``, or ``None``.
+
+        A token outside the vocabulary, or stop strings without a tokenizer: :meth:`generate`
+        answers such a request with an abort.
+        """
         vocab = self.config.vocab_size
         bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
         if bad:
@@ -394,7 +399,7 @@ class TorchEngine:
 
     def _submit(self, request: GenerationRequest) -> Future[GenerationOutput]:
         future: Future[GenerationOutput] = Future()
-        error = self._invalid(request)
+        error = self.invalid_reason(request)
         if error is not None:
             message = f"request {request.request_id!r}: {error}"
             future.set_result(GenerationOutput(request.request_id, (), (), "abort", error=message))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from srt_agent.serving.server import EngineServer
+from srt_agent.serving.server import MAX_BODY_BYTES, MAX_CONNECTIONS, EngineServer
 
 if TYPE_CHECKING:
     from srt_agent.engine.speculation.spec_config import SpecConfig
@@ -30,6 +30,8 @@ def serve(
     console: Console,
     cache: TreeCacheConfig | None = None,
     spec_config: SpecConfig | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Load the model and answer requests until Ctrl-C (what ``srt-agent serve`` runs).
 
@@ -45,6 +47,8 @@ def serve(
         console: Where the banner goes.
         cache: The tree cache's settings (a run config's ``spec.cache``; default: the defaults).
         spec_config: The engine's speculation settings (a run config's ``spec``).
+        max_body_bytes: Largest request body read (a longer one is answered 413 unread).
+        max_connections: Connections served at once (more are answered 503).
     """
     from srt_agent.devices import resolve_device
     from srt_agent.engine.torch_engine import TorchEngine
@@ -60,7 +64,15 @@ def serve(
         seed=seed,
         num_threads=threads,
     )
-    server = EngineServer(engine, model_dir, host=host, port=port, speculative=spec)
+    server = EngineServer(
+        engine,
+        model_dir,
+        host=host,
+        port=port,
+        speculative=spec,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+    )
     console.print(
         f"serving {model_dir} at [bold]{server.url}[/bold] (SGLang native API: POST /generate; "
         f"SRT {'on' if spec else 'off'}, batch {max_batch}, {device}); Ctrl-C stops"

@@ -40,9 +40,21 @@ cache with the new weights), so a weight update can reach them between two steps
 pause counts as idle for flushes and memory release even while those requests run. Unknown memory
 tags are refused (SGLang records them).
 
+Bad input is refused with 400 and the reason, before it reaches the engine: bodies that are not
+JSON (``NaN`` and ``Infinity`` included), nest deeper than :data:`MAX_JSON_DEPTH` or hold an
+integer too long to convert; non-finite or out-of-range sampling values; token ids outside the
+vocabulary. A body over ``max_body_bytes`` is refused with 413 unread, one without a length with
+411; a connection beyond ``max_connections`` gets 503, and one silent for :data:`READ_TIMEOUT_S`
+is closed.
+
 It is a threaded standard-library server, for one machine: a rollout client, tests of the
 SGLang client without a GPU, or the embedded engine as a service. It streams (``"stream": true``)
 one event with the whole answer, then ``data: [DONE]``, since the engine hands out whole outputs.
+Why not an ASGI stack (FastAPI on uvicorn, as SGLang's own server): every call here blocks on the
+engine or on a process group, so an event loop would hand each one to a thread anyway; the
+answers are whole, so there is no token stream to interleave; and the core install stays free
+of a web framework. What such a stack would add against hostile clients (a body cap, a
+connection cap, read timeouts) is the few lines above.
 """
 
 from __future__ import annotations
@@ -72,8 +84,18 @@ __all__ = ["EngineServer"]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 2**20
-"""Largest request body read (a batch of long prompts fits; a runaway client does not)."""
+MAX_BODY_BYTES = 16 * 2**20
+"""Default for the largest request body read: 16 MiB holds a batch of ~2.5 million prompt tokens
+(the weights never travel in a body: they come over the process group or from disk)."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting a body may have (SGLang's deepest body, a batch of token-id lists, has 3)."""
+
+MAX_CONNECTIONS = 256
+"""Default for the open connections served at once (a thread each); more are answered 503."""
+
+READ_TIMEOUT_S = 60.0
+"""How long a connection may stay silent while its request is read, or between two requests."""
 
 MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
 """SGLang's ``GPU_MEMORY_ALL_TYPES``: what ``tags: null`` releases or resumes."""
@@ -101,6 +123,8 @@ class EngineServer:
         speculative: Whether the engine drafts (reported, and ``spec_verify_ct`` in answers).
         group_timeout_s: How long joining a weight-sync group, and each broadcast over it, may
             wait (torch's default, as in SGLang: 30 minutes).
+        max_body_bytes: Largest request body read; a longer one is refused (413) unread.
+        max_connections: Connections served at once; a client beyond them is answered 503.
     """
 
     def __init__(
@@ -112,8 +136,15 @@ class EngineServer:
         port: int = 30000,
         speculative: bool = False,
         group_timeout_s: float = 1800.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        if max_body_bytes < 1 or max_connections < 1:
+            raise ValueError(
+                f"max_body_bytes and max_connections must be >= 1, got {max_body_bytes} and {max_connections}"
+            )
         self.engine = engine
+        self.max_body_bytes = max_body_bytes
         self.model_dir = Path(model_dir)
         self.speculative = speculative
         self.group_timeout = timedelta(seconds=group_timeout_s)
@@ -133,8 +164,7 @@ class EngineServer:
         self._groups_lock = threading.Lock()  # a group is not left while weights arrive over it
         self._released: set[str] = set()
         self._routes = self._route_table()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _BoundedHTTPServer((host, port), self._handler_class(), max_connections)
         self._thread: threading.Thread | None = None
 
     @property
@@ -208,6 +238,10 @@ class EngineServer:
             requests = requests_from_wire(body, lambda: f"srt-serve-{next(self._ids)}")
         except WireError as exc:
             raise _HTTPError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        for request in requests:  # SGLang refuses these with 400 too, before they reach a batch
+            reason = self.engine.invalid_reason(request)
+            if reason:
+                raise _HTTPError(HTTPStatus.BAD_REQUEST, reason)
         try:
             with self._reading():
                 outputs = self.engine.generate(requests)
@@ -568,6 +602,7 @@ class EngineServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections
+            timeout = READ_TIMEOUT_S  # a silent client does not hold its thread forever
 
             def do_GET(self) -> None:
                 self._dispatch("GET")
@@ -602,15 +637,22 @@ class EngineServer:
                 self._answer(status, payload, stream)
 
             def _body(self) -> Any:
-                size = int(self.headers.get("Content-Length") or 0)
-                if size > MAX_BODY_BYTES:
-                    raise _HTTPError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes")
-                if not size:
-                    return {}
-                try:
-                    return json.loads(self.rfile.read(size))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {exc}") from None
+                if self.headers.get("Transfer-Encoding", "").strip():
+                    self.close_connection = True  # the body is left unread
+                    raise _HTTPError(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
+                length = (self.headers.get("Content-Length") or "0").strip()
+                if not length.isdigit():
+                    self.close_connection = True
+                    raise _HTTPError(HTTPStatus.BAD_REQUEST, f"Content-Length {shown(length)} is not a count")
+                size = int(length)
+                if size > server.max_body_bytes:
+                    self.close_connection = True
+                    raise _HTTPError(
+                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"the body has {size} bytes, over this server's {server.max_body_bytes} "
+                        "(serve --max-body-mb raises it)",
+                    )
+                return parse_body(self.rfile.read(size)) if size else {}
 
             def _answer(self, status: HTTPStatus, payload: Any, stream: bool) -> None:
                 if stream:
@@ -629,6 +671,82 @@ class EngineServer:
                 self.wfile.write(data)
 
         return Handler
+
+
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, as many as ``max_connections``; the next ones are answered 503."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int
+    ) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: 58\r\n\r\n"
+                    b'{"error": {"message": "too many connections; try again"}}\n'
+                )
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body's JSON, or a 400 that says what is wrong with it.
+
+    Stricter than :func:`json.loads`: ``NaN`` and ``Infinity`` are not JSON and are refused, and
+    so is nesting deeper than :data:`MAX_JSON_DEPTH`, checked before parsing (a body of a hundred
+    thousand ``[`` would otherwise end in a ``RecursionError``).
+    """
+    if _too_deep(raw):
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body nests deeper than {MAX_JSON_DEPTH} levels")
+
+    def refuse_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(raw, parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError; so are huge ints
+        why = str(exc)  # the parser's own words; only a huge int's message echoes input, and briefly
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {why[:200]}") from None
+
+
+_BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]"), bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _too_deep(raw: bytes) -> bool:
+    """Whether ``raw``'s brackets (outside strings) nest deeper than :data:`MAX_JSON_DEPTH`.
+
+    Strings are cut out (escapes first, then every other piece between quotes), the rest is
+    reduced to one kind of bracket, and each round deletes the innermost pairs (``replace`` does
+    not see the pairs its own deletions make, so a round peels exactly one level). Every step is
+    a C pass over bytes, and a round that leaves the body long finds a run of openers: a 16 MiB
+    body of brackets is checked in milliseconds.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    outside = b"".join(raw.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2])
+    brackets = outside.translate(*_BRACKETS_ONLY)
+    run = b"[" * (MAX_JSON_DEPTH + 1)  # a run this long is too deep: found at once, not after 32 rounds
+    for _ in range(MAX_JSON_DEPTH):
+        if run in brackets:
+            return True
+        brackets = brackets.replace(b"[]", b"")
+        if not brackets:
+            return False
+    return b"[" in brackets  # only closers left: not JSON (the parser says so), but not deep
 
 
 def _field(body: Any, name: str, kind: type | tuple[type, ...], default: Any = _REQUIRED) -> Any:
