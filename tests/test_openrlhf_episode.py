@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from train_fixtures import save_tiny_policy
@@ -59,3 +60,33 @@ def test_prompts_are_written_and_bad_ones_are_clear_errors(model_dir: Path, tmp_
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     with pytest.raises(ValueError, match="apply_chat_template"):
         asyncio.run(play_episode("<|im_start|>user\nhi", "", _params(), 64, tokenizer, None))
+
+
+def test_the_samples_of_one_prompt_are_sampled_apart(model_dir: Path) -> None:
+    """OpenRLHF plays a prompt's samples with the same arguments: they must not share seeds (a
+    GRPO group of one sample repeated has no advantage to learn from). An srt-agent engine (as
+    SGLangRolloutEngine is) is played directly, with the episode's own sampling seeds."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt = episode_prompt("srt/Calculator-v0", seed=7, options={"max_turns": 1})
+    with build_engine(model_dir, max_batch_size=4) as engine:
+
+        async def group() -> list[dict[str, Any]]:
+            plays = (
+                play_episode(prompt, "", _params(), 2048, tokenizer, engine, max_new_tokens=12)
+                for _ in range(4)
+            )
+            return list(await asyncio.gather(*plays))
+
+        samples = asyncio.run(group())
+    assert len({tuple(s["observation_tokens"]) for s in samples}) == 4
+
+
+def test_openrlhfs_max_tokens_caps_a_turn(model_dir: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt = episode_prompt("srt/Calculator-v0", seed=7, options={"max_turns": 1})
+    params = _params()
+    params.max_tokens = 5  # OpenRLHF's --rollout.max_new_tokens
+    with build_engine(model_dir, max_batch_size=4) as engine:
+        llm = TorchLLM(engine)
+        asyncio.run(play_episode(prompt, "", params, 2048, tokenizer, llm, max_new_tokens=12))
+    assert [len(o.token_ids) for o in llm.outputs] == [5]

@@ -19,7 +19,11 @@ __all__ = ["SrtAgentExecutor"]
 
 
 class SrtAgentExecutor(AgentExecutorBase):  # type: ignore[misc]
-    """Plays srt episodes for OpenRLHF; ``SRT_MAX_NEW_TOKENS`` caps one assistant turn (512)."""
+    """Plays srt episodes for OpenRLHF.
+
+    One assistant turn is capped at OpenRLHF's ``--rollout.max_new_tokens``, or, when that is
+    unset, at the ``SRT_MAX_NEW_TOKENS`` environment variable (512).
+    """
 
     def __init__(self) -> None:
         self.max_new_tokens = int(os.environ.get("SRT_MAX_NEW_TOKENS", "512"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -154,9 +155,14 @@ async def play_episode(
     llm_engine: Any,
     *,
     max_new_tokens: int = 512,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Play the srt episode ``prompt`` names against OpenRLHF's engine; OpenRLHF's sample dict.
+
+    One assistant turn is capped at OpenRLHF's ``max_tokens`` (its ``--rollout.max_new_tokens``)
+    when set, else at ``max_new_tokens``. ``seed`` fixes every turn's sampling seed; leave it
+    ``None`` when a prompt has several samples (OpenRLHF plays them with the same arguments, so
+    a fixed seed would make them one sample repeated: a group with no advantage to learn from).
 
     A failed episode (an env that raises, a malformed tool call the env rejects) is still a
     sample, with the env's reward and ``srt_failed`` in ``extra_logs``: one bad episode never
@@ -167,10 +173,15 @@ async def play_episode(
     config = RolloutConfig(
         max_concurrent=1,
         temperature=float(getattr(sampling_params, "temperature", 1.0)) or 1.0,
-        max_new_tokens=max_new_tokens,
+        max_new_tokens=int(getattr(sampling_params, "max_tokens", None) or max_new_tokens),
         seed=seed,
     )
-    spec = EpisodeSpec(env_id, seed=env_seed, env_options=options)
+    # OpenRLHF plays a prompt's samples at once with the same arguments: each needs its own
+    # episode id (its requests' ids derive from it, and an engine refuses two alike in flight).
+    # The task is the same for all of them, so SRT still groups their drafts.
+    spec = EpisodeSpec(
+        env_id, seed=env_seed, env_options=options, episode_id=f"{env_id}/{env_seed}/{uuid.uuid4().hex[:12]}"
+    )
     # An srt-agent engine (SGLangRolloutEngine) is played directly: its requests keep their task
     # ids and conversation states, which SRT drafting keys its trees by. vLLM is adapted.
     engine = (

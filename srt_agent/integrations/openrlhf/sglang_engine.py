@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -174,6 +175,7 @@ class SGLangRolloutEngine:
         self.eos_token_ids = _eos_token_ids(self.model)  # vLLM stops on them unless ``ignore_eos``
         self._tokenizer: Any = None
         self._restarting = asyncio.Lock()
+        self._request_ids = itertools.count()
 
     # ------------------------------------------------------------------ weight sync
     async def init_process_group(
@@ -320,7 +322,7 @@ class SGLangRolloutEngine:
         if multi_modal_data:
             raise ValueError("SGLangRolloutEngine serves text models; images are not supported")
         request = GenerationRequest(
-            request_id=f"openrlhf-{id(prompt_token_ids)}-{self.unfinished}",
+            request_id=f"openrlhf-{next(self._request_ids)}",  # unique while in flight, as SGLang needs
             prompt_ids=tuple(int(t) for t in prompt_token_ids),
             params=_sampling(sampling_params, len(prompt_token_ids), self.max_context, self.eos_token_ids),
             task_id=task_id,

@@ -1,0 +1,1 @@
+"""The utils of flash-attn that OpenRLHF imports."""
