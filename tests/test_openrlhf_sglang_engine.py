@@ -225,3 +225,29 @@ def test_the_patched_learner_group_syncs_the_engine(
             group.sender.close()
             engine.client.destroy_weights_update_group("openrlhf")
     assert _generate(engine)[0] == _local(new_dir)[0]
+
+
+def test_engine_placements_give_each_engine_its_tensor_parallel_gpus() -> None:
+    """Each engine's actor holds its ``tensor_parallel_size`` GPUs, so Ray's ``CUDA_VISIBLE_DEVICES``
+    (which the server inherits) names exactly them; a shared (colocated) group takes TP 1 only.
+    Ray hands out declared GPUs without hardware, so the layout is checked on a CPU."""
+    import ray
+
+    from srt_agent.integrations.openrlhf.sglang_engine import engine_placements
+
+    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+
+        @ray.remote
+        class Probe:
+            def gpus(self) -> str:
+                return os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+        probes = [Probe.options(**o).remote() for o in engine_placements(2, 2)]  # type: ignore[attr-defined]
+        seen = [ray.get(p.gpus.remote()).split(",") for p in probes]
+        assert [len(s) for s in seen] == [2, 2] and len({g for s in seen for g in s}) == 4
+        assert engine_placements(3, 1, num_gpus_per_engine=0) == [{"num_cpus": 0, "num_gpus": 0}] * 3
+        with pytest.raises(ValueError, match="tensor_parallel_size is 2"):
+            engine_placements(1, 2, shared_pg=object())
+    finally:
+        ray.shutdown()

@@ -49,6 +49,7 @@ __all__ = [
     "RequestOutput",
     "SGLangRolloutEngine",
     "create_sglang_engines",
+    "engine_placements",
 ]
 
 log = logging.getLogger(__name__)
@@ -491,38 +492,29 @@ def create_sglang_engines(
 ) -> list[Any]:
     """OpenRLHF's ``create_vllm_engines``, with SGLang engines: the same arguments, Ray actor handles.
 
-    Placement follows OpenRLHF's: a placement group of one GPU bundle per engine GPU (or the
-    learner's ``shared_pg`` when colocated), each engine's actor on its first bundle. With
-    ``vllm_enable_sleep`` the engines are asleep when this returns (as OpenRLHF's are), so the
-    learner's models can load.
+    Placement: without ``shared_pg``, a placement group of one bundle per engine holding all its
+    GPUs, the engine's actor taking them, so Ray's ``CUDA_VISIBLE_DEVICES`` for the actor (which
+    its server inherits) names exactly the engine's ``tensor_parallel_size`` GPUs. (OpenRLHF's vLLM
+    engines use one bundle per GPU instead and let vLLM's Ray executor spread the ranks; an SGLang
+    server is one process tree that needs its GPUs visible at launch.) With the learner's
+    ``shared_pg`` (colocated), each engine shares a bundle's GPU (``num_gpus_per_engine``,
+    default 0.2) and must have ``tensor_parallel_size`` 1. With ``vllm_enable_sleep`` the
+    engines are asleep when this returns (as OpenRLHF's are), so the learner's models can load.
 
     Raises:
-        ValueError: Images (``max_images_per_prompt``), which these engines do not serve.
+        ValueError: Images (``max_images_per_prompt``), which these engines do not serve, or
+            tensor-parallel engines in a shared placement group.
     """
     import ray
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     if max_images_per_prompt:
         raise ValueError("SGLang rollout engines serve text models; max_images_per_prompt must be 0")
     server = server or os.environ.get("SRT_ROLLOUT_SERVER", "sglang")
     del full_determinism, enable_prefix_caching, logprobs_mode  # SGLang's radix cache is always on
-    colocated = shared_pg is not None
-    gpus = num_gpus_per_engine if num_gpus_per_engine is not None else (0.2 if colocated else 1.0)
-    pg = shared_pg
-    if pg is None and gpus > 0:
-        pg = placement_group([{"GPU": 1, "CPU": 1}] * (num_engines * tensor_parallel_size), strategy="PACK")
-        ray.get(pg.ready())
+    placements = engine_placements(num_engines, tensor_parallel_size, shared_pg, num_gpus_per_engine)
     actor: Any = ray.remote(SGLangRolloutEngine)
     engines = []
-    for i in range(num_engines):
-        options: dict[str, Any] = {"num_cpus": gpus, "num_gpus": gpus if tensor_parallel_size == 1 else 0}
-        if pg is not None:
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                placement_group=pg,
-                placement_group_capture_child_tasks=True,
-                placement_group_bundle_index=i * tensor_parallel_size,
-            )
+    for i, options in enumerate(placements):
         engines.append(
             actor.options(**options).remote(
                 pretrain,
@@ -540,3 +532,61 @@ def create_sglang_engines(
     if vllm_enable_sleep:
         ray.get([e.sleep.remote() for e in engines])
     return engines
+
+
+def engine_placements(
+    num_engines: int,
+    tensor_parallel_size: int,
+    shared_pg: Any = None,
+    num_gpus_per_engine: float | None = None,
+) -> list[dict[str, Any]]:
+    """The Ray actor options of each engine (see :func:`create_sglang_engines` for the layout).
+
+    ``num_gpus_per_engine`` 0 places CPU engines (``srt-agent serve``) with no placement group.
+
+    Raises:
+        ValueError: ``tensor_parallel_size`` > 1 with a shared placement group, or sizes below 1.
+    """
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if num_engines < 1 or tensor_parallel_size < 1:
+        raise ValueError(
+            f"num_engines and tensor_parallel_size must be >= 1, got {num_engines}, {tensor_parallel_size}"
+        )
+    if shared_pg is not None:
+        if tensor_parallel_size != 1:
+            raise ValueError(
+                "colocated SGLang engines (a shared placement group) take one GPU each: "
+                f"tensor_parallel_size is {tensor_parallel_size}; use 1, or drop --train.colocate_all"
+            )
+        share = 0.2 if num_gpus_per_engine is None else num_gpus_per_engine
+        return [
+            {
+                "num_cpus": share,
+                "num_gpus": share,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=shared_pg,
+                    placement_group_capture_child_tasks=True,
+                    placement_group_bundle_index=i,
+                ),
+            }
+            for i in range(num_engines)
+        ]
+    per_gpu = 1.0 if num_gpus_per_engine is None else num_gpus_per_engine
+    if per_gpu <= 0:
+        return [{"num_cpus": 0, "num_gpus": 0} for _ in range(num_engines)]
+    gpus = per_gpu * tensor_parallel_size
+    pg = placement_group([{"GPU": gpus, "CPU": 1}] * num_engines, strategy="PACK")
+    ray.get(pg.ready())
+    return [
+        {
+            "num_cpus": 1,
+            "num_gpus": gpus,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_capture_child_tasks=True, placement_group_bundle_index=i
+            ),
+        }
+        for i in range(num_engines)
+    ]
