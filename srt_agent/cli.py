@@ -78,6 +78,24 @@ def envs_cmd() -> None:
         )
         env.close()
     console.print(table)
+    console.print(_ecosystems_table())
+
+
+def _ecosystems_table() -> Table:
+    """The ecosystems whose envs run through a prefix, and whether their package is installed."""
+    from srt_agent.integrations.ecosystems import ECOSYSTEMS
+
+    table = Table(title="Environments from other ecosystems (name them PREFIX:NAME)")
+    table.add_column("prefix", no_wrap=True)
+    table.add_column("package")
+    table.add_column("example id", no_wrap=True)
+    for eco in ECOSYSTEMS.values():
+        version = eco.installed_version()
+        state = (
+            f"{eco.package} {version}" if version else f"not installed: pip install 'srt-agent[{eco.extra}]'"
+        )
+        table.add_row(f"{eco.prefix}:", state, eco.example)
+    return table
 
 
 @app.command("play")

@@ -81,11 +81,21 @@ def check_env_id(env_id: str) -> str:
 
     ``"module:Namespace/Name-v0"`` (Gymnasium's syntax) first imports ``module``, which registers
     the env (the current directory is searched too, so a user's ``my_envs.py`` works from the CLI),
-    and returns ``"Namespace/Name-v0"``.
+    and returns ``"Namespace/Name-v0"``. An ecosystem's prefix instead (``textarena:Wordle-v0``,
+    ``reasoning_gym:chain_sum``; see :mod:`srt_agent.integrations.ecosystems`) registers that
+    ecosystem's env and returns its id in the ecosystem's namespace.
     """
     if ":" in env_id:
-        module, _, env_id = env_id.partition(":")
-        import_env_module(module)
+        module, _, name = env_id.partition(":")
+        foreign = _foreign_env(module, name)
+        if foreign is None:
+            import_env_module(module)
+        env_id = foreign or name
+    elif env_id not in gym.registry and "/" in env_id:
+        # An id a prefix resolved to (``textarena/GuessTheNumber-v0``), in a process that has not
+        # registered it yet (a Ray env worker, an OpenRLHF engine).
+        namespace, _, name = env_id.partition("/")
+        env_id = _foreign_env(namespace, name) or env_id
     known = registered_envs()
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
@@ -120,6 +130,21 @@ def check_env(env_id: str, options: Mapping[str, Any] | None = None) -> str:
         own = set(inspect.signature(env_cls).parameters) | _MAKE_ARGUMENTS
         given = {**spec.kwargs, **(options or {})}
         validate_config(env_cls, {k: v for k, v in given.items() if k not in own})
+    return env_id
+
+
+ECOSYSTEMS_MODULE = "srt_agent.integrations.ecosystems"
+"""Where the prefixes of other ecosystems' envs (``textarena:``, ``reasoning_gym:``, ...) resolve.
+
+Imported by name, as an entry point is: the adapters sit above this module and import it."""
+
+
+def _foreign_env(prefix: str, name: str) -> str | None:
+    """The Gymnasium id of another ecosystem's env ``prefix:name`` (registered now), or ``None``."""
+    ecosystems = importlib.import_module(ECOSYSTEMS_MODULE)
+    if ecosystems.ecosystem(prefix) is None:
+        return None
+    env_id: str = ecosystems.register_foreign_env(prefix, name)
     return env_id
 
 

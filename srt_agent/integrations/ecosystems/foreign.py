@@ -1,0 +1,153 @@
+"""What every adapter of another ecosystem's envs shares: its errors, imports and async bridge.
+
+A foreign env that raises or answers something malformed fails its episode with the reason (the
+rollout records it; the batch goes on): adapters raise :class:`ForeignEnvError` naming the
+ecosystem, the env and what went wrong. An env that needs a download at run time (an NLTK corpus,
+a Hugging Face dataset) raises :class:`MissingResourceError` naming the resource, since these
+machines reach package registries only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+from pydantic import Field
+
+from srt_agent.chat.messages import Message
+from srt_agent.env.multi_turn import EnvConfig
+from srt_agent.env.registration import UnknownEnvError
+from srt_agent.errors import SrtAgentError, describe_fault
+
+__all__ = [
+    "ForeignEnvConfig",
+    "ForeignEnvError",
+    "LoopThread",
+    "MissingResourceError",
+    "ReplyPolicy",
+    "import_package",
+    "reraise_foreign",
+    "run_sync",
+]
+
+T = TypeVar("T")
+
+# Substrings of the errors a package raises when it tries to fetch something at run time.
+_DOWNLOAD_SIGNS = (
+    "Resource",  # NLTK: "Resource words not found. Please use the NLTK Downloader ..."
+    "nltk.download",
+    "Couldn't reach",  # datasets / huggingface_hub
+    "ConnectionError",
+    "Max retries exceeded",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "offline mode is enabled",
+    "LocalEntryNotFoundError",
+    "Failed to resolve",
+)
+
+
+class ForeignEnvError(SrtAgentError, RuntimeError):
+    """Another ecosystem's env raised, or answered something this adapter cannot read."""
+
+
+class MissingResourceError(ForeignEnvError):
+    """Another ecosystem's env needs a download at run time (a corpus, a dataset) that failed."""
+
+
+def import_package(import_name: str, package: str, extra: str) -> ModuleType:
+    """Import an ecosystem's package, or say how to install it.
+
+    Raises:
+        UnknownEnvError: The package is not installed (the message gives the pip command).
+    """
+    try:
+        return importlib.import_module(import_name)
+    except ImportError as exc:
+        raise UnknownEnvError(
+            f"{package} is not installed ({exc}); install it with: pip install 'srt-agent[{extra}]'"
+        ) from None
+
+
+def reraise_foreign(exc: BaseException, what: str) -> ForeignEnvError:
+    """The error to raise for ``exc`` raised by ``what`` (e.g. ``"TextArena game Wordle-v0 at reset"``).
+
+    A failed download becomes :class:`MissingResourceError` naming it; anything else a
+    :class:`ForeignEnvError` carrying the original's type and message.
+    """
+    text = describe_fault(exc)
+    if isinstance(exc, LookupError | OSError | ConnectionError) and any(s in text for s in _DOWNLOAD_SIGNS):
+        first = " ".join(text.split())[:300]
+        return MissingResourceError(
+            f"{what} needs a download at run time, which failed (this machine may have no network "
+            f"beyond package registries; fetch it beforehand where you can): {first}"
+        )
+    return ForeignEnvError(f"{what} failed: {text}")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end from synchronous code, whether or not this thread runs an event loop.
+
+    An env's hooks run in worker threads (no loop there: ``asyncio.run``); called from a thread whose
+    loop is running (a notebook), the coroutine runs on a loop of its own in a helper thread.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class ForeignEnvConfig(EnvConfig):
+    """Options every adapted env accepts, besides the base ones (``max_turns`` and so on)."""
+
+    success_threshold: float = Field(
+        1.0,
+        description="An episode whose total reward reaches this counts as solved (success rates, pass^k).",
+    )
+
+
+class LoopThread:
+    """One event loop in a thread of its own, for an env whose package is async throughout.
+
+    An async env's objects (locks, clients) bind to the loop that first uses them, so each env
+    instance keeps one loop for its whole life instead of a fresh ``asyncio.run`` per call; the
+    env's hooks, running in the rollout's worker threads, hand their coroutines to it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (its exception is raised here)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        """Stop the loop and its thread (idempotent)."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+@dataclass(frozen=True)
+class ReplyPolicy:
+    """A policy that gives the same reply every turn: the oracle of an env that knows its answer."""
+
+    text: str
+
+    def act(self, history: Sequence[Message]) -> str:
+        """The reply."""
+        return self.text

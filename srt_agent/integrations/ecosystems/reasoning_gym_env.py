@@ -1,0 +1,236 @@
+"""reasoning-gym datasets as srt-agent envs: ``reasoning_gym:<dataset>``.
+
+Install with ``pip install 'srt-agent[reasoning-gym]'``.
+
+Every procedural dataset of reasoning-gym (``reasoning_gym.factory.DATASETS``) plays as tasks:
+
+* ``reset(seed=s)`` plays entry ``s % size`` of the dataset built with ``dataset_seed`` and
+  ``dataset_options`` (the dataset's own config: difficulty and so on), so distinct seeds below
+  ``size`` are distinct tasks and eval seeds never meet training seeds; ``reset(options={"index":
+  i})`` plays entry ``i``. The task id is ``reasoning_gym/<dataset>/<dataset_seed>/<index>``.
+* The opening is a system prompt asking for the answer in ``<answer>...</answer>`` (reasoning-gym's
+  own default prompt, or one that introduces the tool) and the entry's ``question``.
+* ``tool``: ``none`` (one turn: the reply is scored), ``calculator`` or ``python`` (srt-agent's
+  tools; turns with tool calls get the results back, a turn without tool calls or an answer gets
+  a reminder, until ``max_turns``).
+* Reward: the dataset's own ``score_answer`` on the answer tag's content, in ``[0, 1]``; the episode
+  counts as solved at ``success_threshold`` (1.0). A score that is not a number in ``[0, 1]``, or a
+  ``score_answer`` that raises, fails the episode with the reason.
+
+All of reasoning-gym's datasets are generated offline (a few need extra packages of their own).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field
+
+from srt_agent.chat.messages import Message, system, user
+from srt_agent.env.episode_loop import Policy
+from srt_agent.env.multi_turn import MultiTurnEnv, Transition
+from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnvConfig,
+    ForeignEnvError,
+    ReplyPolicy,
+    import_package,
+    reraise_foreign,
+)
+from srt_agent.tool.parser import format_tool_call
+from srt_agent.tool.toolset import ToolSet
+
+__all__ = ["ReasoningGymConfig", "ReasoningGymEnv", "register"]
+
+NAMESPACE = "reasoning_gym"
+
+TOOL_PROMPT = """You solve problems step by step with a {tool} tool.
+Call it by writing, for example:
+{example}
+Its result comes back in the next message. Make one or more {tool} calls per turn and use the results \
+in later steps.
+When you have the final result, reply with just the answer inside answer tags, for example \
+<answer>42</answer>."""
+
+_EXAMPLES = {
+    "calculator": format_tool_call("calculator", {"expression": "(12 + 7) * 3.5"}),
+    "python": format_tool_call("python", {"code": "print((12 + 7) * 3.5)"}),
+}
+
+NUDGE = (
+    "Please continue: call the {tool} tool for the next step, or give the final result as "
+    "<answer>ANSWER</answer>."
+)
+
+
+class ReasoningGymConfig(ForeignEnvConfig):
+    """Options of a reasoning-gym env (``gymnasium.make("reasoning_gym:<dataset>", **options)``)."""
+
+    dataset: str = Field(description="The reasoning-gym dataset (reasoning_gym.factory.DATASETS).")
+    dataset_options: dict[str, Any] = Field(
+        default_factory=dict, description="The dataset's own config (e.g. min_terms, max_digits)."
+    )
+    dataset_seed: int = Field(0, ge=0, description="Seed of the dataset's generator.")
+    size: int = Field(
+        100_000, ge=1, le=10_000_000, description="Entries: reset(seed=s) plays entry s % size."
+    )
+    tool: Literal["none", "calculator", "python"] = Field(
+        "none", description="none: one turn, scored; calculator or python: a tool and a multi-turn episode."
+    )
+    system_prompt: str | None = Field(None, description="Replaces the default system prompt.")
+
+
+@functools.lru_cache(maxsize=32)
+def _dataset(name: str, options_json: str, seed: int, size: int) -> Any:
+    """The dataset, built once per process (generation is lazy: entries are made when read)."""
+    rg = import_package("reasoning_gym", "reasoning-gym", "reasoning-gym")
+    try:
+        return rg.create_dataset(name, seed=seed, size=size, **json.loads(options_json))
+    except Exception as exc:
+        raise reraise_foreign(exc, f"reasoning-gym dataset {name!r} (options {options_json})") from exc
+
+
+class ReasoningGymEnv(MultiTurnEnv):
+    """A reasoning-gym dataset's entries as tasks, scored by the dataset's own ``score_answer``.
+
+    Args:
+        render_mode: ``None`` or ``"ansi"``.
+        **options: :class:`ReasoningGymConfig` options.
+    """
+
+    config_model = ReasoningGymConfig
+
+    def __init__(self, render_mode: str | None = None, **options: Any):
+        super().__init__(render_mode=render_mode, **options)
+        self.config: ReasoningGymConfig
+        cfg = self.config
+        self.data = _dataset(
+            cfg.dataset, json.dumps(cfg.dataset_options, sort_keys=True), cfg.dataset_seed, cfg.size
+        )
+        self._seed: int | None = None
+        self._entry: dict[str, Any] | None = None
+
+    def build_tools(self) -> ToolSet:
+        """srt-agent's ``calculator`` or ``python`` tool, or none."""
+        tool = self.config.tool
+        if tool == "calculator":
+            from srt_agent.tools.calculator import calculator
+
+            return ToolSet([calculator])
+        if tool == "python":
+            from srt_agent.tools.python import python
+
+            return ToolSet([python])
+        return ToolSet()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[Message, ...], dict[str, Any]]:
+        """Start the task of ``seed`` (entry ``seed % size``); see the module docstring."""
+        self._seed = seed
+        return super().reset(seed=seed, options=options)
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        """The current entry (``question``, ``answer``, ``metadata``)."""
+        if self._entry is None:
+            raise RuntimeError("ReasoningGymEnv: no task yet; call reset() first")
+        return self._entry
+
+    def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
+        """The entry of the reset seed (or ``options["index"]``), as a system prompt and a question."""
+        cfg = self.config
+        unknown = sorted(set(options) - {"index"})
+        if unknown:
+            raise ValueError(f"unknown reset options {unknown}; reasoning-gym envs take 'index'")
+        if "index" in options:
+            index = int(options["index"])
+        elif self._seed is not None:
+            index = self._seed % cfg.size
+        else:
+            index = int(self.np_random.integers(cfg.size))
+        if not 0 <= index < cfg.size:
+            raise ValueError(f"index {index} is outside the dataset's {cfg.size} entries")
+        try:
+            entry = self.data[index]
+        except Exception as exc:
+            raise reraise_foreign(exc, f"reasoning-gym dataset {cfg.dataset!r} entry {index}") from exc
+        if not isinstance(entry, dict) or not isinstance(entry.get("question"), str):
+            raise ForeignEnvError(
+                f"reasoning-gym dataset {cfg.dataset!r} entry {index} has no question string: "
+                f"{str(entry)[:200]}"
+            )
+        self._entry = entry
+        task_id = f"{NAMESPACE}/{cfg.dataset}/{cfg.dataset_seed}/{index}"
+        return task_id, [system(self._system_prompt()), user(entry["question"])]
+
+    def _system_prompt(self) -> str:
+        cfg = self.config
+        if cfg.system_prompt is not None:
+            return cfg.system_prompt
+        if cfg.tool != "none":
+            return TOOL_PROMPT.format(tool=cfg.tool, example=_EXAMPLES[cfg.tool])
+        from reasoning_gym.utils import SYSTEM_PROMPTS
+
+        return str(SYSTEM_PROMPTS["default"])
+
+    def on_message(self, text: str) -> Transition:
+        """Score the answer tag's content with the dataset's ``score_answer``; remind once in tool mode."""
+        from reasoning_gym.utils import extract_answer
+
+        answer = extract_answer(text)
+        if answer is None and self.config.tool != "none":
+            return Transition(messages=[user(NUDGE.format(tool=self.config.tool))])
+        try:
+            raw = self.data.score_answer(answer, self.entry)
+        except Exception as exc:
+            raise reraise_foreign(exc, f"reasoning-gym {self.config.dataset!r} score_answer") from exc
+        score = _score(raw, self.config.dataset)
+        info = {"score": score, "answer": answer, "expected": str(self.entry.get("answer"))}
+        return Transition(reward=score, terminated=True, info=info)
+
+    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
+        """Solved when the score reaches ``success_threshold``."""
+        return total_reward >= self.config.success_threshold - 1e-9
+
+    def oracle(self) -> Policy:
+        """Replies with the entry's reference answer in answer tags."""
+        return ReplyPolicy(f"<answer>{self.entry['answer']}</answer>")
+
+
+def _score(raw: Any, dataset: str) -> float:
+    """``score_answer``'s value as a reward, or :class:`ForeignEnvError` if it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ForeignEnvError(
+            f"reasoning-gym {dataset!r} score_answer returned {type(raw).__name__}, not a number"
+        )
+    score = float(raw)
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        raise ForeignEnvError(f"reasoning-gym {dataset!r} score_answer returned {score}, outside [0, 1]")
+    return score
+
+
+def register(name: str) -> str:
+    """Register ``reasoning_gym:<name>``; its Gymnasium id (``reasoning_gym/<name>``).
+
+    Raises:
+        UnknownEnvError: reasoning-gym is not installed, or has no dataset ``name``.
+    """
+    import_package("reasoning_gym", "reasoning-gym", "reasoning-gym")
+    from reasoning_gym.factory import DATASETS
+
+    if name not in DATASETS:
+        close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"reasoning-gym has no dataset {name!r}.{hint} It has {len(DATASETS)}: "
+            f"{', '.join(sorted(DATASETS)[:12])}, ... (reasoning_gym.factory.DATASETS lists them)"
+        )
+    env_id = f"{NAMESPACE}/{name}"
+    register_env(env_id, ReasoningGymEnv, dataset=name)
+    return env_id

@@ -1,0 +1,94 @@
+"""reasoning-gym datasets through ``reasoning_gym:<dataset>`` (``pytest -m reasoning_gym``).
+
+Real datasets of the pinned release: Gymnasium's and srt-agent's env checks, the dataset's own
+answers scored 1 through ``srt-agent eval`` (an oracle-driven engine), a real TorchEngine playing
+them, the calculator tool, and a ``score_answer`` that misbehaves failing its episode only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.reasoning_gym
+reasoning_gym = pytest.importorskip("reasoning_gym")
+
+from scripted_engine import ScriptedEngine  # noqa: E402
+from test_rollout_support import oracle_responder, oracles, tiny_format  # noqa: E402
+from train_fixtures import save_tiny_policy  # noqa: E402
+
+from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
+from srt_agent.env.testing import check_multiturn_env  # noqa: E402
+from srt_agent.evaluation import run_eval  # noqa: E402
+from srt_agent.integrations.ecosystems.foreign import ForeignEnvError  # noqa: E402
+
+DATASETS = ["basic_arithmetic", "chain_sum", "leg_counting", "spell_backward"]
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_datasets_pass_the_env_checks(dataset: str) -> None:
+    env = make(f"reasoning_gym:{dataset}")
+    check_multiturn_env(env)
+    opening, info = env.reset(seed=7)
+    assert info["task_id"] == f"reasoning_gym/{dataset}/0/7" and opening[-1].content
+    assert env.reset(seed=7)[0] == opening and env.reset(seed=8)[0] != opening
+    env.close()
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_the_datasets_own_answers_solve_every_task_through_eval(dataset: str) -> None:
+    env_id = f"reasoning_gym:{dataset}"
+    fmt = tiny_format()
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, oracles(env_id, range(4))), max_context=1 << 16)
+    report = run_eval(env_id, engine, fmt=fmt, episodes=4, max_new_tokens=4096)
+    assert (report.ok, report.failed, report.success_rate, report.mean_reward) == (4, 0, 1.0, 1.0), (
+        report.reasons
+    )
+
+
+def test_a_wrong_answer_scores_what_the_dataset_says() -> None:
+    env = make("reasoning_gym:basic_arithmetic")
+    env.reset(seed=3)
+    _, reward, terminated, _, info = env.step("<answer>not a number</answer>")
+    assert (reward, terminated, info["score"]) == (0.0, True, 0.0) and info["expected"]
+
+
+def test_the_calculator_tool_makes_a_multi_turn_episode() -> None:
+    env = make("reasoning_gym:basic_arithmetic", tool="calculator", max_turns=4)
+    opening, info = env.reset(seed=1)
+    assert [t["function"]["name"] for t in info["tools"]] == ["calculator"] and "calculator" in opening[
+        0
+    ].content
+    expression = env.unwrapped.entry["metadata"]["expression"]
+    msgs, reward, terminated, _, _ = env.step(
+        f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}\n</tool_call>'
+    )
+    assert msgs[0].role == "tool" and not terminated
+    msgs, reward, terminated, _, _ = env.step("I am thinking.")
+    assert "answer" in msgs[0].content and not terminated  # a reminder, the episode goes on
+    _, reward, terminated, _, _ = env.step(f"<answer>{msgs and env.unwrapped.entry['answer']}</answer>")
+    assert (reward, terminated) == (1.0, True)
+
+
+def test_a_real_engine_plays_the_datasets(tmp_path: Path) -> None:
+    model = save_tiny_policy(tmp_path / "policy")
+    for dataset in DATASETS[:3]:
+        report = run_eval(f"reasoning_gym:{dataset}", model, episodes=2, max_new_tokens=16, max_concurrent=2)
+        assert report.failed == 0 and report.episodes == 2 and report.tokens_generated > 0, report.reasons
+
+
+def test_a_misbehaving_score_fails_its_episode_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = make("reasoning_gym:chain_sum")
+    env.reset(seed=0)
+    monkeypatch.setattr(type(env.unwrapped.data), "score_answer", lambda self, answer, entry: "yes")
+    with pytest.raises(ForeignEnvError, match="score_answer returned str"):
+        env.step("<answer>1</answer>")
+
+
+def test_unknown_datasets_and_options_are_clear_errors() -> None:
+    with pytest.raises(UnknownEnvError, match="Did you mean basic_arithmetic"):
+        check_env("reasoning_gym:basic_arithmetc")
+    with pytest.raises(ValueError, match="tool"):
+        check_env("reasoning_gym:chain_sum", {"tool": "abacus"})
+    assert check_env("reasoning_gym/chain_sum") == "reasoning_gym/chain_sum"  # the resolved id works too

@@ -1,0 +1,109 @@
+"""TextArena's single-player games through ``textarena:<GameId>`` (``pytest -m textarena``).
+
+Real games of the pinned release: the env checks, scripted players that win through ``srt-agent
+eval`` (an engine that lets them answer), a real TorchEngine playing three games, a game that needs
+a download failing with the resource named, and a multi-player game refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.textarena
+textarena = pytest.importorskip("textarena")
+
+from scripted_engine import ScriptedEngine  # noqa: E402
+from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
+from train_fixtures import save_tiny_policy  # noqa: E402
+
+from srt_agent.chat.messages import Message  # noqa: E402
+from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
+from srt_agent.env.testing import check_multiturn_env  # noqa: E402
+from srt_agent.evaluation import run_eval  # noqa: E402
+from srt_agent.integrations.ecosystems.foreign import ForeignEnvError, MissingResourceError  # noqa: E402
+
+GAMES = ["GuessTheNumber-v0", "TowerOfHanoi-v0", "Minesweeper-v0"]
+
+
+class BinarySearch:
+    """Guesses the middle of what the game's higher/lower hints still allow (1 to 20)."""
+
+    def act(self, history: Sequence[Message]) -> str:
+        lo, hi = 1, 20
+        for mine, reply in itertools.pairwise(history):
+            found = re.search(r"\[(\d+)\]", mine.content) if mine.role == "assistant" else None
+            if found:
+                guess = int(found.group(1))
+                if "higher" in reply.content:
+                    lo = guess + 1
+                elif "lower" in reply.content:
+                    hi = guess - 1
+        return f"My guess: [{(lo + hi) // 2}]"
+
+
+class Hanoi:
+    """The 7 moves that solve three disks, one per turn."""
+
+    MOVES = ("A C", "A B", "C B", "A C", "B A", "B C", "A C")
+
+    def act(self, history: Sequence[Message]) -> str:
+        done = sum(m.role == "assistant" for m in history)
+        return f"[{self.MOVES[done]}]"
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_games_pass_the_env_checks(game: str) -> None:
+    env = make(f"textarena:{game}")
+    check_multiturn_env(env)
+    opening, info = env.reset(seed=5)
+    assert info["task_id"] == f"textarena/{game}/5" and opening[0].role == "user" and opening[0].content
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("game", "player"), [("GuessTheNumber-v0", BinarySearch()), ("TowerOfHanoi-v0", Hanoi())]
+)
+def test_scripted_players_win_through_eval(game: str, player: object) -> None:
+    fmt = tiny_format()
+    by_task = {f"textarena/{game}/{seed}": player for seed in range(3)}
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)  # type: ignore[arg-type]
+    report = run_eval(f"textarena:{game}", engine, fmt=fmt, episodes=3, max_new_tokens=4096)
+    assert (report.ok, report.failed, report.success_rate) == (3, 0, 1.0), report.reasons
+    assert report.mean_turns > 1
+
+
+def test_the_same_seed_is_the_same_game() -> None:
+    env = make("textarena:GuessTheNumber-v0")
+    env.reset(seed=11)
+    first = [env.step(f"[{g}]")[0][0].content for g in (10, 15)]
+    env.reset(seed=11)
+    assert [env.step(f"[{g}]")[0][0].content for g in (10, 15)] == first
+
+
+def test_a_real_engine_plays_three_games(tmp_path: Path) -> None:
+    model = save_tiny_policy(tmp_path / "policy")
+    for game in GAMES:
+        report = run_eval(
+            f"textarena:{game}", model, episodes=2, max_new_tokens=12, max_concurrent=2, max_turns=3
+        )
+        assert report.failed == 0 and report.episodes == 2 and report.tokens_generated > 0, report.reasons
+
+
+def test_a_game_that_needs_a_download_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NLTK_DATA", str(Path("/nonexistent")))
+    env = make("textarena:Wordle-v0")
+    with pytest.raises(MissingResourceError, match="download"):
+        env.reset(seed=0)
+
+
+def test_multi_player_games_and_unknown_ids_are_clear_errors() -> None:
+    env = make("textarena:TicTacToe-v0")
+    with pytest.raises(ForeignEnvError, match="not a single-player game"):
+        env.reset(seed=0)
+    with pytest.raises(UnknownEnvError, match="Did you mean GuessTheNumber-v0"):
+        check_env("textarena:GuessTheNumbr-v0")

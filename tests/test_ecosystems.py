@@ -1,0 +1,84 @@
+"""The plumbing shared by the adapters of other ecosystems' envs (no ecosystem package needed).
+
+Each adapter has its own tier with its real package (``-m textarena``, ``-m reasoning_gym``,
+``-m verifiers``, ``-m openenv``); this checks prefixes, errors and the async bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import pytest
+from typer.testing import CliRunner
+
+from srt_agent.cli import app
+from srt_agent.env.registration import UnknownEnvError, check_env_id
+from srt_agent.integrations.ecosystems import ECOSYSTEMS, ecosystem
+from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnvError,
+    LoopThread,
+    MissingResourceError,
+    import_package,
+    reraise_foreign,
+    run_sync,
+)
+
+
+def test_every_ecosystem_names_an_adapter_module_and_an_extra() -> None:
+    assert set(ECOSYSTEMS) == {"textarena", "reasoning_gym", "verifiers", "openenv"}
+    for eco in ECOSYSTEMS.values():
+        assert importlib.util.find_spec(eco.adapter) is not None, eco.adapter
+        assert eco.example.startswith(f"{eco.prefix}:")
+    assert ecosystem("reasoning-gym") is ECOSYSTEMS["reasoning_gym"] and ecosystem("srt") is None
+
+
+def test_a_missing_package_says_how_to_install_it() -> None:
+    with pytest.raises(UnknownEnvError, match=r"pip install 'srt-agent\[textarena\]'"):
+        import_package("textarena_not_installed_here", "textarena", "textarena")
+    for eco in ECOSYSTEMS.values():
+        if eco.installed_version() is None:
+            with pytest.raises(UnknownEnvError, match=rf"srt-agent\[{eco.extra}\]"):
+                check_env_id(eco.example)
+
+
+def test_failed_downloads_are_told_apart_from_other_failures() -> None:
+    nltk = LookupError(
+        "\n  Resource words not found.\n  Please use the NLTK Downloader to obtain the resource"
+    )
+    assert isinstance(reraise_foreign(nltk, "TextArena game Wordle-v0 at reset"), MissingResourceError)
+    hub = OSError("Couldn't reach 'openai/gsm8k' on the Hub (ConnectionError)")
+    assert "needs a download" in str(reraise_foreign(hub, "verifiers environment 'gsm8k'"))
+    plain = reraise_foreign(ValueError("bad move"), "a game")
+    assert type(plain) is ForeignEnvError and str(plain) == "a game failed: ValueError: bad move"
+
+
+def test_coroutines_run_from_sync_code_with_or_without_a_running_loop() -> None:
+    async def two() -> int:
+        return 2
+
+    assert run_sync(two()) == 2
+
+    async def inside() -> int:
+        return run_sync(two())  # a loop runs in this thread: the coroutine gets its own
+
+    assert asyncio.run(inside()) == 2
+    loop = LoopThread("test")
+    try:
+        assert loop.run(two()) == 2
+        with pytest.raises(KeyError):
+            loop.run(_raise())  # the coroutine's exception comes back to the caller
+    finally:
+        loop.close()
+    loop.close()  # idempotent
+
+
+async def _raise() -> None:
+    raise KeyError("x")
+
+
+def test_envs_lists_the_ecosystems() -> None:
+    result = CliRunner().invoke(app, ["envs"])
+    assert result.exit_code == 0, result.output
+    for eco in ECOSYSTEMS.values():
+        assert f"{eco.prefix}:" in result.output
