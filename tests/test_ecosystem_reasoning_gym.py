@@ -84,6 +84,14 @@ def test_a_misbehaving_score_fails_its_episode_with_the_reason(monkeypatch: pyte
     monkeypatch.setattr(type(env.unwrapped.data), "score_answer", lambda self, answer, entry: "yes")
     with pytest.raises(ForeignEnvError, match="score_answer returned str"):
         env.step("<answer>1</answer>")
+    env.reset(seed=0)
+
+    def unreadable(self: object, answer: object, entry: object) -> float:
+        raise ValueError(f"cannot read {answer!r}")
+
+    monkeypatch.setattr(type(env.unwrapped.data), "score_answer", unreadable)
+    _, reward, terminated, _, info = env.step("<answer>many</answer>")  # a wrong answer, not a failure
+    assert (reward, terminated) == (0.0, True) and "cannot read 'many'" in info["score_error"]
 
 
 def test_unknown_datasets_and_options_are_clear_errors() -> None:

@@ -13,9 +13,11 @@ Every procedural dataset of reasoning-gym (``reasoning_gym.factory.DATASETS``) p
 * ``tool``: ``none`` (one turn: the reply is scored), ``calculator`` or ``python`` (srt-agent's
   tools; turns with tool calls get the results back, a turn without tool calls or an answer gets
   a reminder, until ``max_turns``).
-* Reward: the dataset's own ``score_answer`` on the answer tag's content, in ``[0, 1]``; the episode
-  counts as solved at ``success_threshold`` (1.0). A score that is not a number in ``[0, 1]``, or a
-  ``score_answer`` that raises, fails the episode with the reason.
+* Reward: the dataset's own ``score_answer`` on the answer tag's content, in ``[0, 1]`` (many
+  datasets give partial credit); the episode counts as solved at ``success_threshold`` (1.0). A
+  ``score_answer`` that raises on the model's answer (``prime_factorization``'s does on text)
+  scores 0 with the error in ``info["score_error"]``; one that returns something other than a
+  number in ``[0, 1]`` fails the episode with the reason.
 
 All of reasoning-gym's datasets are generated offline (a few need extra packages of their own).
 """
@@ -35,6 +37,7 @@ from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import MultiTurnEnv, Transition
 from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.errors import describe_fault
 from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnvConfig,
     ForeignEnvError,
@@ -186,12 +189,14 @@ class ReasoningGymEnv(MultiTurnEnv):
         answer = extract_answer(text)
         if answer is None and self.config.tool != "none":
             return Transition(messages=[user(NUDGE.format(tool=self.config.tool))])
+        info: dict[str, Any] = {"answer": answer, "expected": str(self.entry.get("answer"))}
         try:
-            raw = self.data.score_answer(answer, self.entry)
-        except Exception as exc:
-            raise reraise_foreign(exc, f"reasoning-gym {self.config.dataset!r} score_answer") from exc
-        score = _score(raw, self.config.dataset)
-        info = {"score": score, "answer": answer, "expected": str(self.entry.get("answer"))}
+            score = _score(self.data.score_answer(answer, self.entry), self.config.dataset)
+        except ForeignEnvError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - some scorers raise on unreadable answers
+            score, info["score_error"] = 0.0, describe_fault(exc)[:300]
+        info["score"] = score
         return Transition(reward=score, terminated=True, info=info)
 
     def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:

@@ -1,0 +1,354 @@
+"""OpenEnv environments as srt-agent envs: ``openenv:<module>:<name>``.
+
+Install with ``pip install 'srt-agent[openenv]'`` (``openenv-core``). ``<module>:<name>`` names
+what an OpenEnv environment package provides (the module is imported from the installed packages
+or the current directory):
+
+* an ``Environment`` subclass (``my_envs:GuessEnvironment``): it runs **in process**, one instance
+  per srt-agent env, called directly (``reset(seed=...)``, ``step(action)``), no server;
+* a server app made by OpenEnv's ``create_app`` (``my_envs:app``): srt-agent **starts the server**
+  itself (``python -m uvicorn <module>:<name>`` on a free local port, once per process, stopped
+  when the process ends), waits for ``/health``, and plays each episode over its own WebSocket
+  session with OpenEnv's ``GenericEnvClient``; a server that exits or does not answer in
+  ``start_timeout_s`` is an error quoting its log. ``base_url`` plays against a server already
+  running instead.
+
+Turns: the assistant's text goes into the action's text field (``action_field``; found from the
+action's schema when it has exactly one string field); the observation's text field
+(``observation_field``; likewise) is the next user message, or the observation's fields as JSON
+when there is no single one. Each step's ``reward`` (``None`` counts 0) is the turn's reward; ``done``
+ends the episode. ``reset(seed=s)`` passes the seed; the task id is ``openenv/<module>:<name>/<s>``.
+An environment that raises, or a server error, fails the episode with the reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from srt_agent.chat.messages import Message, user
+from srt_agent.env.multi_turn import MultiTurnEnv, Transition
+from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.errors import FAULTS, describe_fault
+from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnvConfig,
+    ForeignEnvError,
+    import_package,
+    reraise_foreign,
+)
+
+__all__ = ["OpenEnvConfig", "OpenEnvEnv", "register"]
+
+NAMESPACE = "openenv"
+
+log = logging.getLogger(__name__)
+
+_RESERVED = frozenset({"done", "reward", "metadata"})
+
+
+class OpenEnvConfig(ForeignEnvConfig):
+    """Options of an OpenEnv environment (``gymnasium.make("openenv:<module>:<name>", **options)``)."""
+
+    target: str = Field(description="<module>:<name>: an Environment subclass, or an app from create_app.")
+    base_url: str | None = Field(
+        None, description="Play against this running server instead of starting one."
+    )
+    action_field: str | None = Field(None, description="The action's field that gets the assistant's text.")
+    observation_field: str | None = Field(None, description="The observation's field shown to the model.")
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the Environment class."
+    )
+    start_timeout_s: float = Field(
+        120.0, gt=0, description="How long a server srt-agent starts may take to answer."
+    )
+    max_turns: int = Field(100, ge=1, le=10_000, description="Assistant turns before truncation.")
+
+
+def _openenv() -> Any:
+    return import_package("openenv.core", "openenv-core", "openenv")
+
+
+def _resolve(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # noqa: BLE001 - the module's own import may fail any way
+        raise UnknownEnvError(f"cannot load OpenEnv target {target!r}: {describe_fault(exc)}") from None
+
+
+def _import_root(module_name: str) -> str:
+    """The ``sys.path`` entry ``module_name`` was imported from ("" if unknown)."""
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return ""
+    root = Path(file).resolve().parent
+    for _ in range(module_name.count(".") + (1 if Path(file).name == "__init__.py" else 0)):
+        root = root.parent
+    return str(root)
+
+
+class _Server:
+    """One ``uvicorn`` process serving an OpenEnv app on a free local port, shared by this process's envs."""
+
+    def __init__(self, target: str, timeout_s: float) -> None:
+        with socket.socket() as probe:  # a free port (the OS picks; the server binds it right after)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = Path(tempfile.mkdtemp(prefix="srt-openenv-")) / "server.log"
+        command = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port)]
+        # The server imports the app where this process found it (an installed package, the
+        # current directory, a folder a test put on sys.path).
+        paths = [_import_root(target.partition(":")[0]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self._wait(target, timeout_s)
+
+    def _wait(self, target: str, timeout_s: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ForeignEnvError(
+                    f"the OpenEnv server for {target!r} exited with code {self.proc.returncode}: "
+                    f"{self.tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise ForeignEnvError(
+            f"the OpenEnv server for {target!r} did not answer /health in {timeout_s:.0f} s: {self.tail()}"
+        )
+
+    def tail(self) -> str:
+        """The end of the server's log."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-5:])[-600:] or "(empty log)"
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_SERVERS: dict[str, _Server] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(target: str, timeout_s: float) -> _Server:
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(target)
+        if server is None or server.proc.poll() is not None:
+            server = _SERVERS[target] = _Server(target, timeout_s)
+        return server
+
+
+@atexit.register
+def _stop_servers() -> None:
+    for server in list(_SERVERS.values()):
+        server.stop()
+
+
+def _action_class(env_cls: type) -> Any:
+    """The Action model of an ``Environment[ActT, ObsT, StateT]`` subclass (its first type argument)."""
+    for klass in env_cls.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            args = typing.get_args(base)
+            if args and isinstance(args[0], type):
+                return args[0]
+    raise ForeignEnvError(
+        f"cannot tell the Action class of {env_cls.__name__}: subclass "
+        "Environment[MyAction, MyObservation, MyState]"
+    )
+
+
+def _text_field(schema: dict[str, Any], chosen: str | None, what: str, target: str) -> str | None:
+    """The one string field of a JSON schema (or ``chosen``); ``None`` when there is not exactly one."""
+    props = {k: v for k, v in (schema.get("properties") or {}).items() if k not in _RESERVED}
+    if chosen is not None:
+        if chosen not in props:
+            raise ForeignEnvError(
+                f"OpenEnv {target!r}: its {what} has no field {chosen!r} (fields: {sorted(props)})"
+            )
+        return chosen
+    strings = [k for k, v in props.items() if v.get("type") == "string"]
+    return strings[0] if len(strings) == 1 else None
+
+
+class OpenEnvEnv(MultiTurnEnv):
+    """An OpenEnv environment, in process or behind a server srt-agent starts: its observations as user turns.
+
+    Args:
+        render_mode: ``None`` or ``"ansi"``.
+        **options: :class:`OpenEnvConfig` options.
+    """
+
+    config_model = OpenEnvConfig
+
+    def __init__(self, render_mode: str | None = None, **options: Any):
+        super().__init__(render_mode=render_mode, **options)
+        self.config: OpenEnvConfig
+        cfg = self.config
+        core = _openenv()
+        from openenv.core.env_server.interfaces import Environment
+
+        self._local: Any = None
+        self._client: Any = None
+        self._seed: int | None = None
+        if cfg.base_url is None:
+            found = _resolve(cfg.target)
+            if isinstance(found, type) and issubclass(found, Environment):
+                self._action_cls = _action_class(found)
+                try:
+                    self._local = found(**cfg.env_kwargs)
+                except Exception as exc:
+                    raise reraise_foreign(exc, f"OpenEnv environment {cfg.target!r} (constructor)") from exc
+                action_schema = self._action_cls.model_json_schema()
+                obs_schema: dict[str, Any] = {}
+            elif hasattr(found, "routes"):  # an ASGI app from create_app
+                url = _server(cfg.target, cfg.start_timeout_s).url
+                action_schema, obs_schema = self._connect(core, url)
+            else:
+                raise UnknownEnvError(
+                    f"OpenEnv target {cfg.target!r} is a {type(found).__name__}: name an Environment "
+                    "subclass or an app made by create_app"
+                )
+        else:
+            action_schema, obs_schema = self._connect(core, cfg.base_url)
+        field = _text_field(action_schema, cfg.action_field, "action", cfg.target)
+        if field is None:
+            raise ForeignEnvError(
+                f"OpenEnv {cfg.target!r}: its action has no single text field; name one with action_field"
+            )
+        self._action_field = field
+        self._obs_field = _text_field(obs_schema, cfg.observation_field, "observation", cfg.target)
+
+    def _connect(self, core: Any, url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A WebSocket session of this env on the server; the action and observation schemas."""
+        import httpx
+
+        try:
+            schema = httpx.get(f"{url}/schema", timeout=10.0).json()
+            self._client = core.GenericEnvClient(base_url=url).sync()
+            self._client.__enter__()
+        except Exception as exc:
+            raise reraise_foreign(exc, f"OpenEnv server at {url}") from exc
+        return dict(schema.get("action") or {}), dict(schema.get("observation") or {})
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[Message, ...], dict[str, Any]]:
+        """Reset the OpenEnv environment with ``seed``; its first observation is the first user turn."""
+        self._seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
+        """``reset(seed=...)`` on the OpenEnv side."""
+        if options:
+            raise ValueError(f"OpenEnv envs take no reset options, got {sorted(options)}")
+        seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
+        obs, _, _ = self._call("reset", seed=seed)
+        return f"{NAMESPACE}/{self.config.target}/{seed}", [user(obs)]
+
+    def on_message(self, text: str) -> Transition:
+        """The assistant's text as the action; the observation, reward and end that come back."""
+        obs, reward, done = self._call("step", text=text)
+        return Transition(messages=[user(obs)] if obs else [], reward=reward, terminated=done)
+
+    def _call(self, what: str, *, seed: int | None = None, text: str = "") -> tuple[str, float, bool]:
+        target = self.config.target
+        try:
+            if self._local is not None:
+                if what == "reset":
+                    result = self._local.reset(seed=seed)
+                else:
+                    result = self._local.step(self._action_cls(**{self._action_field: text}))
+                data = result.model_dump()
+                reward, done = data.get("reward"), data.get("done", False)
+            else:
+                step = (
+                    self._client.reset(seed=seed)
+                    if what == "reset"
+                    else self._client.step({self._action_field: text})
+                )
+                data, reward, done = dict(step.observation or {}), step.reward, step.done
+        except ForeignEnvError:
+            raise
+        except Exception as exc:
+            raise reraise_foreign(exc, f"OpenEnv environment {target!r} {what}") from exc
+        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
+            raise ForeignEnvError(f"OpenEnv environment {target!r} {what}: reward {reward!r} is not a number")
+        return self._observation_text(data), float(reward or 0.0), bool(done)
+
+    def _observation_text(self, data: dict[str, Any]) -> str:
+        fields = {k: v for k, v in data.items() if k not in _RESERVED}
+        if self._obs_field is not None and isinstance(fields.get(self._obs_field), str):
+            return str(fields[self._obs_field])
+        strings = [v for v in fields.values() if isinstance(v, str)]
+        if len(strings) == 1:
+            return strings[0]
+        return json.dumps(fields, default=str)
+
+    def close(self) -> None:
+        """Close the WebSocket session or the in-process environment (a started server runs on, shared)."""
+        try:
+            if self._client is not None:
+                self._client.__exit__(None, None, None)
+            elif self._local is not None:
+                self._local.close()
+        except FAULTS as exc:  # closing is best effort: the episode's result is already recorded
+            log.debug("closing OpenEnv %s: %s", self.config.target, describe_fault(exc))
+        self._client = self._local = None
+        super().close()
+
+
+def register(name: str) -> str:
+    """Register ``openenv:<module>:<name>``; its Gymnasium id (``openenv/<module>.<name>``).
+
+    Raises:
+        UnknownEnvError: openenv-core is not installed, or ``name`` is not ``<module>:<attribute>``.
+    """
+    _openenv()
+    module, sep, attr = name.partition(":")
+    if not sep:
+        module, _, attr = name.rpartition(".")  # the resolved id's form, in another process
+    if not module or not attr:
+        raise UnknownEnvError(
+            f"name an OpenEnv environment as openenv:<module>:<Environment class or app>, got {name!r}"
+        )
+    env_id = f"{NAMESPACE}/{module}.{attr}"
+    register_env(env_id, OpenEnvEnv, target=f"{module}:{attr}")
+    return env_id

@@ -1,0 +1,110 @@
+"""OpenEnv environments through ``openenv:<module>:<name>`` (``pytest -m openenv``).
+
+Three environments written against openenv-core's own API (``tests/oe_envs.py``), played in process
+(an ``Environment`` subclass) and behind servers srt-agent starts from their ``create_app`` apps
+(uvicorn, one WebSocket session per env): the env checks, scripted players through ``srt-agent
+eval``, a real TorchEngine, and a server that cannot start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.openenv
+pytest.importorskip("openenv.core")
+pytest.importorskip("textarena")
+pytest.importorskip("reasoning_gym")
+
+from scripted_engine import ScriptedEngine  # noqa: E402
+from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
+from train_fixtures import save_tiny_policy  # noqa: E402
+
+from srt_agent.chat.messages import Message  # noqa: E402
+from srt_agent.env.registration import make  # noqa: E402
+from srt_agent.env.testing import check_multiturn_env  # noqa: E402
+from srt_agent.evaluation import run_eval  # noqa: E402
+from srt_agent.integrations.ecosystems.foreign import ForeignEnvError  # noqa: E402
+
+IN_PROCESS = ["oe_envs:GuessEnvironment", "oe_envs:TextArenaEnvironment", "oe_envs:ReasoningGymEnvironment"]
+
+
+class Bisect:
+    def act(self, history: Sequence[Message]) -> str:
+        lo, hi = 1, 20
+        for mine, reply in itertools.pairwise(history):
+            found = re.search(r"\[(\d+)\]", mine.content) if mine.role == "assistant" else None
+            if found:
+                guess = int(found.group(1))
+                lo, hi = (
+                    (guess + 1, hi)
+                    if "higher" in reply.content
+                    else (lo, guess - 1)
+                    if "lower" in reply.content
+                    else (lo, hi)
+                )
+        return f"[{(lo + hi) // 2}]"
+
+
+class Hanoi:
+    def act(self, history: Sequence[Message]) -> str:
+        moves = ("A C", "A B", "C B", "A C", "B A", "B C", "A C")
+        return f"[{moves[sum(m.role == 'assistant' for m in history)]}]"
+
+
+@pytest.mark.parametrize("target", IN_PROCESS)
+def test_in_process_environments_pass_the_env_checks(target: str) -> None:
+    env = make(f"openenv:{target}")
+    check_multiturn_env(env)
+    opening, info = env.reset(seed=3)
+    assert info["task_id"] == f"openenv/{target}/3" and opening[0].content
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "player"), [("oe_envs:GuessEnvironment", Bisect()), ("oe_envs:hanoi_app", Hanoi())]
+)
+def test_scripted_players_win_through_eval_in_process_and_served(target: str, player: object) -> None:
+    fmt = tiny_format()
+    by_task = {f"openenv/{target}/{seed}": player for seed in range(3)}
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)  # type: ignore[arg-type]
+    report = run_eval(f"openenv:{target}", engine, fmt=fmt, episodes=3, max_new_tokens=4096)
+    assert (report.ok, report.failed, report.success_rate) == (3, 0, 1.0), report.reasons
+
+
+def test_a_served_environment_keeps_one_session_per_env() -> None:
+    import random
+
+    low = next(s for s in range(100) if random.Random(s).randint(1, 20) < 10)  # the game's own draw
+    high = next(s for s in range(100) if random.Random(s).randint(1, 20) > 10)
+    first, second = make("openenv:oe_envs:guess_app"), make("openenv:oe_envs:guess_app")
+    first.reset(seed=low)
+    second.reset(seed=high)
+    assert "lower" in first.step("[10]")[0][0].content and "higher" in second.step("[10]")[0][0].content
+    first.close()
+    second.close()
+
+
+def test_a_real_engine_plays_three_environments(tmp_path: Path) -> None:
+    model = save_tiny_policy(tmp_path / "policy")
+    for target in IN_PROCESS:
+        report = run_eval(
+            f"openenv:{target}", model, episodes=2, max_new_tokens=12, max_concurrent=2, max_turns=3
+        )
+        assert report.failed == 0 and report.episodes == 2 and report.tokens_generated > 0, report.reasons
+
+
+def test_a_server_that_cannot_start_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "oe_broken.py").write_text(  # loads here, dies in the server process
+        "import sys\nfrom oe_envs import guess_app as app\n"
+        "if 'uvicorn' in ' '.join(sys.argv):\n    raise SystemExit('this server refuses to start')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    with pytest.raises(ForeignEnvError, match=r"exited with code 1: .*this server refuses to start"):
+        make("openenv:oe_broken:app")
