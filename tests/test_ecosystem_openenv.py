@@ -1,15 +1,16 @@
 """OpenEnv environments through ``openenv:<module>:<name>`` (``pytest -m openenv``).
 
-Three environments written against openenv-core's own API (``tests/oe_envs.py``), played in process
-(an ``Environment`` subclass) and behind servers srt-agent starts from their ``create_app`` apps
-(uvicorn, one WebSocket session per env): the env checks, scripted players through ``srt-agent
-eval``, a real TorchEngine, and a server that cannot start.
+Three environments written against openenv-core's own API (``examples/ecosystems/oe_envs.py``),
+played in process (an ``Environment`` subclass) and behind servers srt-agent starts from their
+``create_app`` apps (uvicorn, one WebSocket session per env): the env checks, scripted players
+through ``srt-agent eval``, a real TorchEngine, and a server that cannot start.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +20,9 @@ pytestmark = pytest.mark.openenv
 pytest.importorskip("openenv.core")
 pytest.importorskip("textarena")
 pytest.importorskip("reasoning_gym")
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "ecosystems"
+sys.path.insert(0, str(EXAMPLES))  # the example environments, importable by module name as a user's are
 
 from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
@@ -104,7 +108,6 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path: Path, monkeypatch
         "if 'uvicorn' in ' '.join(sys.argv):\n    raise SystemExit('this server refuses to start')\n"
     )
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(EXAMPLES))
     with pytest.raises(ForeignEnvError, match=r"exited with code 1: .*this server refuses to start"):
         make("openenv:oe_broken:app")

@@ -1,16 +1,18 @@
 """verifiers environments through ``verifiers:<module>`` (``pytest -m verifiers``).
 
-Four environments written against verifiers' own API (``tests/vf_*.py``: a ``SingleTurnEnv`` with an
-XML parser and a format reward, a ``MultiTurnEnv`` with ``env_response`` and ``final_env_response``,
-a ``ToolEnv`` whose tool verifiers runs, and verifiers' own ``ReasoningGymEnv``): the env checks,
-scripted players through ``srt-agent eval`` with the rubric's reward and criteria, a real
-TorchEngine playing three of them, and an environment that raises failing its episode only.
+Four environments written against verifiers' own API (``examples/ecosystems/vf_*.py``): a
+``SingleTurnEnv`` with an XML parser and a format reward, a ``MultiTurnEnv`` with
+``env_response`` and ``final_env_response``, a ``ToolEnv`` whose tool verifiers runs, and
+verifiers' own ``ReasoningGymEnv``. The env checks, scripted players through ``srt-agent eval``
+with the rubric's reward and criteria, a real TorchEngine playing three of them, and an
+environment that raises failing its episode only.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +20,9 @@ import pytest
 
 pytestmark = pytest.mark.verifiers
 pytest.importorskip("verifiers")
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "ecosystems"
+sys.path.insert(0, str(EXAMPLES))  # the example environments, importable by module name as a user's are
 
 from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, tiny_format  # noqa: E402

@@ -80,7 +80,10 @@ class ReasoningGymConfig(ForeignEnvConfig):
     )
     dataset_seed: int = Field(0, ge=0, description="Seed of the dataset's generator.")
     size: int = Field(
-        100_000, ge=1, le=10_000_000, description="Entries: reset(seed=s) plays entry s % size."
+        1_000_000_000,
+        ge=1,
+        le=2**62,
+        description="Entries: reset(seed=s) plays entry s % size (entries are generated when read).",
     )
     tool: Literal["none", "calculator", "python"] = Field(
         "none", description="none: one turn, scored; calculator or python: a tool and a multi-turn episode."

@@ -1,8 +1,9 @@
-"""OpenEnv environments for the openenv tier, written against openenv-core's own API.
+"""Example OpenEnv environments, written against openenv-core's own API.
 
-OpenEnv ships no environments on PyPI (its official ones live in its repository), so the tier
-plays three of its own: a number-guessing game, TextArena single-player games and reasoning-gym
-datasets (as OpenEnv's repository wraps them), in process and behind ``create_app`` servers.
+OpenEnv ships no environments on PyPI (its official ones live in its repository), so these are
+three of the kind: a number-guessing game, TextArena single-player games and reasoning-gym
+datasets (as OpenEnv's repository wraps them), to play in process or behind ``create_app`` servers
+(``guess_app``, ``hanoi_app``).
 """
 
 from __future__ import annotations

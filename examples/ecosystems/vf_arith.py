@@ -1,4 +1,4 @@
-"""A verifiers ``SingleTurnEnv`` for the verifiers tier: sums answered in ``<answer>`` tags.
+"""A verifiers ``SingleTurnEnv``, an example: sums answered in ``<answer>`` tags.
 
 Written against verifiers' own API as a published environment would be (``load_environment``),
 with its data built in code so it runs offline.

@@ -1,4 +1,4 @@
-"""A verifiers ``MultiTurnEnv`` for the verifiers tier: guess a number from higher/lower replies."""
+"""A verifiers ``MultiTurnEnv``, an example: guess a number from higher/lower replies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A verifiers ``ToolEnv`` for the verifiers tier: add with a tool, then answer."""
+"""A verifiers ``ToolEnv``, an example: add with a tool, then answer."""
 
 from __future__ import annotations
 
