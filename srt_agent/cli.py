@@ -13,7 +13,7 @@ from srt_agent import __version__
 from srt_agent.env.demo import oracle_table
 from srt_agent.env.multi_turn import EnvConfigError, MultiTurnEnv
 from srt_agent.env.play import play as play_episode
-from srt_agent.env.registration import UnknownEnvError, check_env_id, make, registered_envs
+from srt_agent.env.registration import UnknownEnvError, check_env, check_env_id, make, registered_envs
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError, default_model_dir, resolve_model_dir
 from srt_agent.output.records import build_record
@@ -61,6 +61,32 @@ def _make(env_id: str, **options: Any) -> gym.Env[tuple[Any, ...], str]:
         raise _report_error(exc) from None
 
 
+ENV_OPTION_HELP = (
+    "An env option as KEY=VALUE (repeatable; VALUE is read as YAML: 3, true, [a, b], {k: v}), "
+    "e.g. -o tool=calculator. `srt-agent envs` lists each env's options."
+)
+
+
+def _env_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as env options, each value read as YAML.
+
+    Raises:
+        ValueError: A pair without ``=``, or a value that is not YAML.
+    """
+    import yaml
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {pair!r}: write KEY=VALUE, e.g. --option max_turns=4")
+        try:
+            options[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"--option {pair!r}: the value is not YAML ({exc})") from None
+    return options
+
+
 @app.command("envs")
 def envs_cmd() -> None:
     """List the registered multi-turn envs with their tools and options."""
@@ -104,9 +130,15 @@ def play_cmd(
     seed: Annotated[int | None, typer.Option(help="Seed for reset (same seed, same task).")] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="Let the scripted oracle play.")] = False,
     max_turns: Annotated[int | None, typer.Option(help="Override the env's turn limit.")] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help=ENV_OPTION_HELP)] = None,
 ) -> None:
     """Play one episode: you type the assistant's turns (tool calls run for real), or --oracle plays."""
-    options: dict[str, Any] = {} if max_turns is None else {"max_turns": max_turns}
+    try:
+        options = _env_options(option)
+    except ValueError as exc:
+        raise _report_error(exc) from None
+    if max_turns is not None:
+        options["max_turns"] = max_turns
     env = _make(env_id, **options)
     try:
         play_episode(env, seed=seed, oracle=oracle, console=console)
@@ -258,13 +290,15 @@ def eval_cmd(
         Path | None,
         typer.Option("--config", help=SPEC_FILE_HELP),
     ] = None,
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help=ENV_OPTION_HELP)] = None,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
     from srt_agent.serving.engine_config import EngineConfig
 
     try:
-        check_env_id(env)  # before the model is looked for: a typo should be the first thing said
+        env_options = _env_options(option)
+        check_env(env, env_options)  # before the model is looked for: a typo should be the first thing said
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
     except (UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
@@ -283,6 +317,8 @@ def eval_cmd(
         options["ray"] = RayConfig(replicas=replicas)
     if max_turns is not None:
         options["max_turns"] = max_turns
+    if env_options:
+        options["env_options"] = env_options
     code = eval_command(
         env,
         model_dir,

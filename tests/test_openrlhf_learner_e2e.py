@@ -32,7 +32,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.openrlhf
+# Ray waits in C++, where pytest's signal timeout cannot interrupt it: a hung run is killed
+# (with every thread's stack printed) instead of holding CI to its own limit.
+pytestmark = [pytest.mark.openrlhf, pytest.mark.timeout(300, method="thread")]
 pytest.importorskip("openrlhf", reason="needs openrlhf")
 pytest.importorskip("deepspeed", reason="OpenRLHF's trainer module imports deepspeed")
 ray = pytest.importorskip("ray")

@@ -9,7 +9,8 @@ Every procedural dataset of reasoning-gym (``reasoning_gym.factory.DATASETS``) p
   ``size`` are distinct tasks and eval seeds never meet training seeds; ``reset(options={"index":
   i})`` plays entry ``i``. The task id is ``reasoning_gym/<dataset>/<dataset_seed>/<index>``.
 * The opening is a system prompt asking for the answer in ``<answer>...</answer>`` (reasoning-gym's
-  own default prompt, or one that introduces the tool) and the entry's ``question``.
+  own default prompt; with a tool, srt-agent's prompt for it: ``srt/Calculator-v0``'s for the
+  calculator) and the entry's ``question``.
 * ``tool``: ``none`` (one turn: the reply is scored), ``calculator`` or ``python`` (srt-agent's
   tools; turns with tool calls get the results back, a turn without tool calls or an answer gets
   a reminder, until ``max_turns``).
@@ -60,10 +61,7 @@ in later steps.
 When you have the final result, reply with just the answer inside answer tags, for example \
 <answer>42</answer>."""
 
-_EXAMPLES = {
-    "calculator": format_tool_call("calculator", {"expression": "(12 + 7) * 3.5"}),
-    "python": format_tool_call("python", {"code": "print((12 + 7) * 3.5)"}),
-}
+_EXAMPLES = {"python": format_tool_call("python", {"code": "print((12 + 7) * 3.5)"})}
 
 NUDGE = (
     "Please continue: call the {tool} tool for the next step, or give the final result as "
@@ -179,6 +177,10 @@ class ReasoningGymEnv(MultiTurnEnv):
         cfg = self.config
         if cfg.system_prompt is not None:
             return cfg.system_prompt
+        if cfg.tool == "calculator":  # srt-agent's own calculator prompt, as srt/Calculator-v0 words it
+            from srt_agent.envs.calculator import SYSTEM_PROMPT
+
+            return SYSTEM_PROMPT
         if cfg.tool != "none":
             return TOOL_PROMPT.format(tool=cfg.tool, example=_EXAMPLES[cfg.tool])
         from reasoning_gym.utils import SYSTEM_PROMPTS
