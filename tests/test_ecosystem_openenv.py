@@ -93,6 +93,15 @@ def test_a_served_environment_keeps_one_session_per_env() -> None:
     second.close()
 
 
+def test_episodes_beyond_the_servers_sessions_wait_for_one() -> None:
+    """The app admits 8 sessions; 16 episodes at once wait for a free one instead of failing."""
+    fmt = tiny_format()
+    by_task = {f"openenv/oe_envs:guess_app/{seed}": Bisect() for seed in range(16)}
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)  # type: ignore[arg-type]
+    report = run_eval("openenv:oe_envs:guess_app", engine, fmt=fmt, episodes=16, max_concurrent=16)
+    assert (report.ok, report.failed, report.success_rate) == (16, 0, 1.0), report.reasons
+
+
 def test_a_real_engine_plays_three_environments(tmp_path: Path) -> None:
     model = save_tiny_policy(tmp_path / "policy")
     for target in IN_PROCESS:

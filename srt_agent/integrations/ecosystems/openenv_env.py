@@ -11,7 +11,8 @@ or the current directory):
   when the process ends), waits for ``/health``, and plays each episode over its own WebSocket
   session with OpenEnv's ``GenericEnvClient``; a server that exits or does not answer in
   ``start_timeout_s`` is an error quoting its log. ``base_url`` plays against a server already
-  running instead.
+  running instead. A server admits ``max_concurrent_envs`` sessions: episodes beyond that wait
+  (reconnecting with backoff, up to ``start_timeout_s``) for a session to free.
 
 Turns: the assistant's text goes into the action's text field (``action_field``; found from the
 action's schema when it has exactly one string field); the observation's text field
@@ -227,6 +228,8 @@ class OpenEnvEnv(MultiTurnEnv):
 
         self._local: Any = None
         self._client: Any = None
+        self._url: str = ""
+        self._core: Any = None
         self._seed: int | None = None
         if cfg.base_url is None:
             found = _resolve(cfg.target)
@@ -262,11 +265,49 @@ class OpenEnvEnv(MultiTurnEnv):
 
         try:
             schema = httpx.get(f"{url}/schema", timeout=10.0).json()
-            self._client = core.GenericEnvClient(base_url=url).sync()
-            self._client.__enter__()
         except Exception as exc:
             raise reraise_foreign(exc, f"OpenEnv server at {url}") from exc
+        self._url, self._core = url, core
+        self._open_session()
         return dict(schema.get("action") or {}), dict(schema.get("observation") or {})
+
+    def _open_session(self) -> None:
+        """A fresh WebSocket session (the previous one, if any, closed)."""
+        self._close_session()
+        try:
+            client = self._core.GenericEnvClient(base_url=self._url).sync()
+            client.__enter__()
+        except Exception as exc:
+            raise reraise_foreign(exc, f"OpenEnv server at {self._url}") from exc
+        self._client = client
+
+    def _close_session(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.__exit__(None, None, None)
+            except FAULTS as exc:  # the server may have closed it already
+                log.debug("closing an OpenEnv session: %s", describe_fault(exc))
+
+    def _reset_when_admitted(self, seed: int) -> str:
+        """``reset`` on the server, waiting (up to ``start_timeout_s``) while it is at capacity.
+
+        A server admits ``max_concurrent_envs`` sessions; a rollout may run more episodes at once.
+        The server refuses the others (``CAPACITY_REACHED``, or a closed socket): they reconnect
+        with backoff until a session frees, instead of failing.
+        """
+        deadline = time.monotonic() + self.config.start_timeout_s
+        pause = 0.05
+        while True:
+            try:
+                return self._call("reset", seed=seed)[0]
+            except ForeignEnvError as exc:
+                busy = "CAPACITY_REACHED" in str(exc) or "ConnectionClosed" in str(exc)
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            self._open_session()
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -280,7 +321,9 @@ class OpenEnvEnv(MultiTurnEnv):
         if options:
             raise ValueError(f"OpenEnv envs take no reset options, got {sorted(options)}")
         seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
-        obs, _, _ = self._call("reset", seed=seed)
+        obs = (
+            self._call("reset", seed=seed)[0] if self._local is not None else self._reset_when_admitted(seed)
+        )
         return f"{NAMESPACE}/{self.config.target}/{seed}", [user(obs)]
 
     def on_message(self, text: str) -> Transition:
@@ -324,14 +367,13 @@ class OpenEnvEnv(MultiTurnEnv):
 
     def close(self) -> None:
         """Close the WebSocket session or the in-process environment (a started server runs on, shared)."""
+        self._close_session()
         try:
-            if self._client is not None:
-                self._client.__exit__(None, None, None)
-            elif self._local is not None:
+            if self._local is not None:
                 self._local.close()
         except FAULTS as exc:  # closing is best effort: the episode's result is already recorded
             log.debug("closing OpenEnv %s: %s", self.config.target, describe_fault(exc))
-        self._client = self._local = None
+        self._local = None
         super().close()
 
 
