@@ -124,8 +124,9 @@ def test_the_rubrics_criteria_and_the_tool_results_reach_srt_agent() -> None:
     env = make("verifiers:vf_adder")
     _, info = env.reset(seed=0)
     assert [t["function"]["name"] for t in info["tools"]] == ["add"]
-    msgs, reward, terminated, _, _ = env.step(format_tool_call("add", {"a": 40, "b": 2}))
+    msgs, reward, terminated, _, step_info = env.step(format_tool_call("add", {"a": 40, "b": 2}))
     assert [(m.role, m.content, m.name) for m in msgs] == [("tool", "42", "add")] and not terminated
+    assert step_info["tool_calls"] == 1  # verifiers ran it; the episode's counts include it
     _, reward, terminated, _, info = env.step("The answer is 42.")
     assert (reward, terminated) == (1.0, True) and info["verifiers_metrics"]["correct"] == 1.0
     env.close()

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Literal, SupportsFloat
 
 from pydantic import Field
@@ -285,10 +286,16 @@ class VerifiersEnv(MultiTurnEnv):
             new = [self._to_srt(m) for m in prompt[sent:]]
             self._prompt = prompt
             if state.get("final_env_response") is None:
-                return self._finish_step(Transition(messages=[*errors, *new]), [])
+                return self._counted(Transition(messages=[*errors, *new]), len(calls) + len(errors))
             self._run(env.is_completed(state), "stop conditions")
-            return self._finish_step(self._scored([*errors, *new]), [])
-        return self._finish_step(self._scored(errors), [])
+            return self._counted(self._scored([*errors, *new]), len(calls) + len(errors))
+        return self._counted(self._scored(errors), len(calls) + len(errors))
+
+    def _counted(
+        self, tr: Transition, calls: int
+    ) -> tuple[Observation, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Finish the step, counting the tool calls verifiers ran (srt-agent's own toolset ran none)."""
+        return self._finish_step(replace(tr, info={**tr.info, "tool_calls": calls}), [])
 
     def on_message(self, text: str) -> Transition:  # pragma: no cover - step() handles every turn
         """Not used: :meth:`step` hands every turn to verifiers."""
