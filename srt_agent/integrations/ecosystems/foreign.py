@@ -16,16 +16,17 @@ import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field
 
 from srt_agent.chat.messages import Message
-from srt_agent.env.multi_turn import EnvConfig
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Observation
 from srt_agent.env.registration import UnknownEnvError
 from srt_agent.errors import SrtAgentError, describe_fault
 
 __all__ = [
+    "ForeignEnv",
     "ForeignEnvConfig",
     "ForeignEnvError",
     "LoopThread",
@@ -113,6 +114,38 @@ class ForeignEnvConfig(EnvConfig):
         1.0,
         description="An episode whose total reward reaches this counts as solved (success rates, pass^k).",
     )
+
+
+class ForeignEnv(MultiTurnEnv):
+    """Base of the adapters: the reset seed kept for :meth:`new_task`, success at ``success_threshold``.
+
+    Another ecosystem's env is seeded with the reset seed itself (its own RNG, or the index of
+    a row), not with srt-agent's ``np_random``, so the same seed is the same task there too.
+    """
+
+    config_model: ClassVar[type[EnvConfig]] = ForeignEnvConfig
+
+    def __init__(self, render_mode: str | None = None, **options: Any):
+        super().__init__(render_mode=render_mode, **options)
+        self.config: ForeignEnvConfig
+        self._reset_seed: int | None = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start a new episode; ``seed`` picks the task (see each adapter)."""
+        self._reset_seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def task_seed(self, bound: int = 2**31) -> int:
+        """The reset seed, or (reset without one) a draw below ``bound`` from ``np_random``."""
+        if self._reset_seed is not None:
+            return self._reset_seed
+        return int(self.np_random.integers(bound))
+
+    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
+        """Solved when the episode's reward reaches ``success_threshold``."""
+        return total_reward >= self.config.success_threshold - 1e-9
 
 
 class LoopThread:

@@ -29,8 +29,6 @@ import importlib
 import json
 import logging
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,15 +41,17 @@ from typing import Any
 from pydantic import Field
 
 from srt_agent.chat.messages import Message, user
-from srt_agent.env.multi_turn import MultiTurnEnv, Transition
+from srt_agent.env.multi_turn import Transition
 from srt_agent.env.registration import UnknownEnvError, register_env
 from srt_agent.errors import FAULTS, describe_fault
 from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
     import_package,
     reraise_foreign,
 )
+from srt_agent.serving.child_server import ServerProcess, ServerStartError, free_port
 
 __all__ = ["OpenEnvConfig", "OpenEnvEnv", "register"]
 
@@ -107,73 +107,33 @@ def _import_root(module_name: str) -> str:
     return str(root)
 
 
-class _Server:
-    """One ``uvicorn`` process serving an OpenEnv app on a free local port, shared by this process's envs."""
-
-    def __init__(self, target: str, timeout_s: float) -> None:
-        with socket.socket() as probe:  # a free port (the OS picks; the server binds it right after)
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = Path(tempfile.mkdtemp(prefix="srt-openenv-")) / "server.log"
-        command = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port)]
-        # The server imports the app where this process found it (an installed package, the
-        # current directory, a folder a test put on sys.path).
-        paths = [_import_root(target.partition(":")[0]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self._wait(target, timeout_s)
-
-    def _wait(self, target: str, timeout_s: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ForeignEnvError(
-                    f"the OpenEnv server for {target!r} exited with code {self.proc.returncode}: "
-                    f"{self.tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise ForeignEnvError(
-            f"the OpenEnv server for {target!r} did not answer /health in {timeout_s:.0f} s: {self.tail()}"
-        )
-
-    def tail(self) -> str:
-        """The end of the server's log."""
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return " | ".join(text.strip().splitlines()[-5:])[-600:] or "(empty log)"
-
-    def stop(self) -> None:
-        """Stop the server (idempotent)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-_SERVERS: dict[str, _Server] = {}
+_SERVERS: dict[str, ServerProcess] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(target: str, timeout_s: float) -> _Server:
+def _server(target: str, timeout_s: float) -> ServerProcess:
+    """The server of ``target`` in this process, started if it is not running."""
     with _SERVERS_LOCK:
         server = _SERVERS.get(target)
-        if server is None or server.proc.poll() is not None:
-            server = _SERVERS[target] = _Server(target, timeout_s)
+        if server is None or not server.alive():
+            port = free_port()
+            command = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port)]
+            # The server imports the app where this process found it (an installed package, the
+            # current directory, a folder on sys.path).
+            paths = [_import_root(target.partition(":")[0]), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+            log = Path(tempfile.mkdtemp(prefix="srt-openenv-")) / "server.log"
+            server = ServerProcess(
+                command,
+                f"http://127.0.0.1:{port}",
+                log,
+                {"PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+                name=f"the OpenEnv server for {target!r}",
+            )
+            try:
+                server.start(timeout_s)
+            except ServerStartError as exc:
+                raise ForeignEnvError(str(exc)) from None
+            _SERVERS[target] = server
         return server
 
 
@@ -209,7 +169,7 @@ def _text_field(schema: dict[str, Any], chosen: str | None, what: str, target: s
     return strings[0] if len(strings) == 1 else None
 
 
-class OpenEnvEnv(MultiTurnEnv):
+class OpenEnvEnv(ForeignEnv):
     """An OpenEnv environment, in process or behind a server srt-agent starts: its observations as user turns.
 
     Args:
@@ -230,7 +190,6 @@ class OpenEnvEnv(MultiTurnEnv):
         self._client: Any = None
         self._url: str = ""
         self._core: Any = None
-        self._seed: int | None = None
         if cfg.base_url is None:
             found = _resolve(cfg.target)
             if isinstance(found, type) and issubclass(found, Environment):
@@ -309,18 +268,11 @@ class OpenEnvEnv(MultiTurnEnv):
             pause = min(pause * 2, 1.0)
             self._open_session()
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[tuple[Message, ...], dict[str, Any]]:
-        """Reset the OpenEnv environment with ``seed``; its first observation is the first user turn."""
-        self._seed = seed
-        return super().reset(seed=seed, options=options)
-
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """``reset(seed=...)`` on the OpenEnv side."""
         if options:
             raise ValueError(f"OpenEnv envs take no reset options, got {sorted(options)}")
-        seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
+        seed = self.task_seed()
         obs = (
             self._call("reset", seed=seed)[0] if self._local is not None else self._reset_when_admitted(seed)
         )

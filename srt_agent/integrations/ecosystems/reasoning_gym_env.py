@@ -36,10 +36,11 @@ from pydantic import Field
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import MultiTurnEnv, Transition
+from srt_agent.env.multi_turn import Transition
 from srt_agent.env.registration import UnknownEnvError, register_env
 from srt_agent.errors import describe_fault
 from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
     ReplyPolicy,
@@ -99,7 +100,7 @@ def _dataset(name: str, options_json: str, seed: int, size: int) -> Any:
         raise reraise_foreign(exc, f"reasoning-gym dataset {name!r} (options {options_json})") from exc
 
 
-class ReasoningGymEnv(MultiTurnEnv):
+class ReasoningGymEnv(ForeignEnv):
     """A reasoning-gym dataset's entries as tasks, scored by the dataset's own ``score_answer``.
 
     Args:
@@ -116,7 +117,6 @@ class ReasoningGymEnv(MultiTurnEnv):
         self.data = _dataset(
             cfg.dataset, json.dumps(cfg.dataset_options, sort_keys=True), cfg.dataset_seed, cfg.size
         )
-        self._seed: int | None = None
         self._entry: dict[str, Any] | None = None
 
     def build_tools(self) -> ToolSet:
@@ -132,13 +132,6 @@ class ReasoningGymEnv(MultiTurnEnv):
             return ToolSet([python])
         return ToolSet()
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[tuple[Message, ...], dict[str, Any]]:
-        """Start the task of ``seed`` (entry ``seed % size``); see the module docstring."""
-        self._seed = seed
-        return super().reset(seed=seed, options=options)
-
     @property
     def entry(self) -> dict[str, Any]:
         """The current entry (``question``, ``answer``, ``metadata``)."""
@@ -152,12 +145,7 @@ class ReasoningGymEnv(MultiTurnEnv):
         unknown = sorted(set(options) - {"index"})
         if unknown:
             raise ValueError(f"unknown reset options {unknown}; reasoning-gym envs take 'index'")
-        if "index" in options:
-            index = int(options["index"])
-        elif self._seed is not None:
-            index = self._seed % cfg.size
-        else:
-            index = int(self.np_random.integers(cfg.size))
+        index = int(options["index"]) if "index" in options else self.task_seed(cfg.size) % cfg.size
         if not 0 <= index < cfg.size:
             raise ValueError(f"index {index} is outside the dataset's {cfg.size} entries")
         try:
@@ -203,10 +191,6 @@ class ReasoningGymEnv(MultiTurnEnv):
             score, info["score_error"] = 0.0, describe_fault(exc)[:300]
         info["score"] = score
         return Transition(reward=score, terminated=True, info=info)
-
-    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
-        """Solved when the score reaches ``success_threshold``."""
-        return total_reward >= self.config.success_threshold - 1e-9
 
     def oracle(self) -> Policy:
         """Replies with the entry's reference answer in answer tags."""

@@ -33,9 +33,10 @@ from typing import Any
 from pydantic import Field
 
 from srt_agent.chat.messages import Message, user
-from srt_agent.env.multi_turn import MultiTurnEnv, Transition
+from srt_agent.env.multi_turn import Transition
 from srt_agent.env.registration import UnknownEnvError, register_env
 from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
     import_package,
@@ -77,7 +78,7 @@ def _base_and_actions(env: Any, ta: Any) -> Any:
     return env
 
 
-class TextArenaEnv(MultiTurnEnv):
+class TextArenaEnv(ForeignEnv):
     """A single-player TextArena game: its observations as user turns, the assistant's turns as its moves.
 
     Args:
@@ -92,21 +93,13 @@ class TextArenaEnv(MultiTurnEnv):
         self.config: TextArenaConfig
         self._ta = _textarena()
         self._game: Any = None
-        self._seed: int | None = None
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[tuple[Message, ...], dict[str, Any]]:
-        """Start a game with ``seed``; see the module docstring."""
-        self._seed = seed
-        return super().reset(seed=seed, options=options)
 
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """A fresh game for one player; its opening observations."""
         if options:
             raise ValueError(f"TextArena games take no reset options, got {sorted(options)}")
         ta, game = self._ta, self.config.game
-        seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
+        seed = self.task_seed()
         what = f"TextArena game {game}"
         try:
             env = _base_and_actions(ta.make(game, **self.config.game_options), ta)
@@ -182,10 +175,6 @@ class TextArenaEnv(MultiTurnEnv):
         return Transition(
             messages=[user(closing)] if closing else [], reward=reward, terminated=True, info=info
         )
-
-    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
-        """Won (the reward reached ``success_threshold``)."""
-        return total_reward >= self.config.success_threshold - 1e-9
 
 
 def _player_reward(rewards: Any, game: str) -> float:

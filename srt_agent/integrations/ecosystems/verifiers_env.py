@@ -43,9 +43,10 @@ from typing import Any, Literal, SupportsFloat
 from pydantic import Field
 
 from srt_agent.chat.messages import Message, tool_result
-from srt_agent.env.multi_turn import MultiTurnEnv, Observation, Transition
+from srt_agent.env.multi_turn import Observation, Transition
 from srt_agent.env.registration import UnknownEnvError, register_env
 from srt_agent.integrations.ecosystems.foreign import (
+    ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
     LoopThread,
@@ -149,7 +150,7 @@ class _NoClient:
         return NoClient(None)
 
 
-class VerifiersEnv(MultiTurnEnv):
+class VerifiersEnv(ForeignEnv):
     """A verifiers environment: its rows as tasks, ``env_response`` as the other side, the rubric's reward.
 
     Args:
@@ -179,7 +180,6 @@ class VerifiersEnv(MultiTurnEnv):
             raise ForeignEnvError(f"verifiers environment {cfg.environment!r} has no {cfg.split} rows")
         self._loop = LoopThread(f"verifiers-{cfg.environment}")
         self._client = _NoClient.make()
-        self._seed: int | None = None
         self._state: Any = None
         self._prompt: list[Any] = []
         self._call_names: dict[str, str] = {}
@@ -216,7 +216,6 @@ class VerifiersEnv(MultiTurnEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[tuple[Message, ...], dict[str, Any]]:
         """Start the row of ``seed``; ``info["tools"]`` lists the environment's tools."""
-        self._seed = seed
         opening, info = super().reset(seed=seed, options=options)
         info["tools"] = self.tool_schemas()
         return opening, info
@@ -227,12 +226,7 @@ class VerifiersEnv(MultiTurnEnv):
         if unknown:
             raise ValueError(f"unknown reset options {unknown}; verifiers envs take 'index'")
         n = len(self.rows)
-        if "index" in options:
-            index = int(options["index"])
-        elif self._seed is not None:
-            index = self._seed % n
-        else:
-            index = int(self.np_random.integers(n))
+        index = int(options["index"]) if "index" in options else self.task_seed(n) % n
         if not 0 <= index < n:
             raise ValueError(f"index {index} is outside the {n} rows")
         row = dict(self.rows[index])
@@ -340,10 +334,6 @@ class VerifiersEnv(MultiTurnEnv):
         raise ForeignEnvError(
             f"verifiers environment {self.config.environment!r} sent a message with role {role!r}"
         )
-
-    def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
-        """Solved when the rubric's reward reaches ``success_threshold``."""
-        return total_reward >= self.config.success_threshold - 1e-9
 
     def close(self) -> None:
         """Stop this env's event loop."""

@@ -1,36 +1,18 @@
-"""A rollout server in a child process: started, waited for, watched and stopped.
+"""The command of a rollout server, run in a child process (:class:`ServerProcess`).
 
 OpenRLHF's rollout engines are long-lived actors; each one here owns a server process: SGLang with
 SRT drafting (``srt-agent sglang-serve``) on GPUs, or ``srt-agent serve`` (the embedded engine
-behind SGLang's API) where SGLang cannot run. The command is the caller's; this module only runs it.
+behind SGLang's API) where SGLang cannot run.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import httpx
-
-from srt_agent.errors import SrtAgentError
+from srt_agent.serving.child_server import ServerProcess, ServerStartError, free_port
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "server_args"]
-
-
-class ServerStartError(SrtAgentError, RuntimeError):
-    """The rollout server did not come up (the message has the end of its log)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def server_args(
@@ -99,70 +81,3 @@ def server_args(
     if enable_sleep:
         cmd += ["--enable-memory-saver", "--enable-weights-cpu-backup"]
     return [*cmd, *extra]
-
-
-class ServerProcess:
-    """A server process and its log file.
-
-    Args:
-        command: What starts it (see :func:`server_args`).
-        url: Where it answers once up (``http://host:port``).
-        log_path: Its stdout and stderr (kept for the error message when it dies).
-        env: Extra environment variables.
-    """
-
-    def __init__(
-        self, command: Sequence[str], url: str, log_path: str | Path, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.command, self.url, self.log_path = list(command), url, Path(log_path)
-        self.env = {**os.environ, **dict(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float = 600.0) -> None:
-        """Start the process and wait until ``/health`` answers.
-
-        Raises:
-            ServerStartError: It exited, or did not answer within ``timeout_s`` (then it is stopped).
-        """
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerStartError(
-                    f"the rollout server exited with code {self.proc.returncode}: {self.tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise ServerStartError(f"the rollout server did not answer within {timeout_s:g} s: {self.tail()}")
-
-    def alive(self) -> bool:
-        """Whether the process is running."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, chars: int = 2000) -> str:
-        """The end of the server's log, for error messages."""
-        try:
-            text = self.log_path.read_bytes()[-chars:].decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
-        return text.strip() or "(empty log)"
-
-    def stop(self) -> None:
-        """Stop the process (SIGTERM, then SIGKILL after 10 s)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None

@@ -163,7 +163,7 @@ class SGLangRolloutEngine:
                 extra=extra_server_args,
             )  # fmt: skip
             logs = Path(log_dir or tempfile.mkdtemp(prefix="srt-rollout-engine-"))
-            self.process = ServerProcess(command, url, logs / f"server-{port}.log")
+            self.process = ServerProcess(command, url, logs / f"server-{port}.log", name="the rollout server")
             self.process.start(start_timeout_s)
         self.url = url
         self.client = SGLangEngine(
