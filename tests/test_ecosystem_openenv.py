@@ -8,10 +8,7 @@ through ``srt-agent eval``, a real TorchEngine, and a server that cannot start.
 
 from __future__ import annotations
 
-import itertools
-import re
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -24,40 +21,17 @@ pytest.importorskip("reasoning_gym")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "ecosystems"
 sys.path.insert(0, str(EXAMPLES))  # the example environments, importable by module name as a user's are
 
+from ecosystem_players import BinarySearch, Hanoi  # noqa: E402
 from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
 from train_fixtures import save_tiny_policy  # noqa: E402
 
-from srt_agent.chat.messages import Message  # noqa: E402
 from srt_agent.env.registration import make  # noqa: E402
 from srt_agent.env.testing import check_multiturn_env  # noqa: E402
 from srt_agent.evaluation import run_eval  # noqa: E402
 from srt_agent.integrations.ecosystems.foreign import ForeignEnvError  # noqa: E402
 
 IN_PROCESS = ["oe_envs:GuessEnvironment", "oe_envs:TextArenaEnvironment", "oe_envs:ReasoningGymEnvironment"]
-
-
-class Bisect:
-    def act(self, history: Sequence[Message]) -> str:
-        lo, hi = 1, 20
-        for mine, reply in itertools.pairwise(history):
-            found = re.search(r"\[(\d+)\]", mine.content) if mine.role == "assistant" else None
-            if found:
-                guess = int(found.group(1))
-                lo, hi = (
-                    (guess + 1, hi)
-                    if "higher" in reply.content
-                    else (lo, guess - 1)
-                    if "lower" in reply.content
-                    else (lo, hi)
-                )
-        return f"[{(lo + hi) // 2}]"
-
-
-class Hanoi:
-    def act(self, history: Sequence[Message]) -> str:
-        moves = ("A C", "A B", "C B", "A C", "B A", "B C", "A C")
-        return f"[{moves[sum(m.role == 'assistant' for m in history)]}]"
 
 
 @pytest.mark.parametrize("target", IN_PROCESS)
@@ -70,7 +44,7 @@ def test_in_process_environments_pass_the_env_checks(target: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("target", "player"), [("oe_envs:GuessEnvironment", Bisect()), ("oe_envs:hanoi_app", Hanoi())]
+    ("target", "player"), [("oe_envs:GuessEnvironment", BinarySearch()), ("oe_envs:hanoi_app", Hanoi())]
 )
 def test_scripted_players_win_through_eval_in_process_and_served(target: str, player: object) -> None:
     fmt = tiny_format()
@@ -96,7 +70,7 @@ def test_a_served_environment_keeps_one_session_per_env() -> None:
 def test_episodes_beyond_the_servers_sessions_wait_for_one() -> None:
     """The app admits 8 sessions; 16 episodes at once wait for a free one instead of failing."""
     fmt = tiny_format()
-    by_task = {f"openenv/oe_envs:guess_app/{seed}": Bisect() for seed in range(16)}
+    by_task = {f"openenv/oe_envs:guess_app/{seed}": BinarySearch() for seed in range(16)}
     engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)  # type: ignore[arg-type]
     report = run_eval("openenv:oe_envs:guess_app", engine, fmt=fmt, episodes=16, max_concurrent=16)
     assert (report.ok, report.failed, report.success_rate) == (16, 0, 1.0), report.reasons

@@ -7,9 +7,6 @@ a download failing with the resource named, and a multi-player game refused.
 
 from __future__ import annotations
 
-import itertools
-import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,43 +14,17 @@ import pytest
 pytestmark = pytest.mark.textarena
 textarena = pytest.importorskip("textarena")
 
+from ecosystem_players import BinarySearch, Hanoi  # noqa: E402
 from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
 from train_fixtures import save_tiny_policy  # noqa: E402
 
-from srt_agent.chat.messages import Message  # noqa: E402
 from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
 from srt_agent.env.testing import check_multiturn_env  # noqa: E402
 from srt_agent.evaluation import run_eval  # noqa: E402
 from srt_agent.integrations.ecosystems.foreign import ForeignEnvError, MissingResourceError  # noqa: E402
 
 GAMES = ["GuessTheNumber-v0", "TowerOfHanoi-v0", "Minesweeper-v0"]
-
-
-class BinarySearch:
-    """Guesses the middle of what the game's higher/lower hints still allow (1 to 20)."""
-
-    def act(self, history: Sequence[Message]) -> str:
-        lo, hi = 1, 20
-        for mine, reply in itertools.pairwise(history):
-            found = re.search(r"\[(\d+)\]", mine.content) if mine.role == "assistant" else None
-            if found:
-                guess = int(found.group(1))
-                if "higher" in reply.content:
-                    lo = guess + 1
-                elif "lower" in reply.content:
-                    hi = guess - 1
-        return f"My guess: [{(lo + hi) // 2}]"
-
-
-class Hanoi:
-    """The 7 moves that solve three disks, one per turn."""
-
-    MOVES = ("A C", "A B", "C B", "A C", "B A", "B C", "A C")
-
-    def act(self, history: Sequence[Message]) -> str:
-        done = sum(m.role == "assistant" for m in history)
-        return f"[{self.MOVES[done]}]"
 
 
 @pytest.mark.parametrize("game", GAMES)
