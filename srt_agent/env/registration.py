@@ -148,15 +148,24 @@ def _foreign_env(prefix: str, name: str) -> str | None:
     return env_id
 
 
+def search_current_dir() -> None:
+    """Put the current directory on ``sys.path`` (as ``python -m`` would), once.
+
+    So a module next to the user's files is found from the command line: an env module here,
+    an ecosystem's environment module (verifiers, OpenEnv) in the adapters.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+
+
 def import_env_module(module: str) -> None:
     """Import the module that registers an env (``module`` of ``"module:Id"``), with a clear error.
 
     Raises:
         UnknownEnvError: The module cannot be imported (the message says why).
     """
-    cwd = os.getcwd()
-    if cwd not in sys.path:  # as `python -m` would: a module next to the user's files is found
-        sys.path.append(cwd)
+    search_current_dir()
     try:
         importlib.import_module(module)
     except ImportError as exc:

@@ -42,7 +42,7 @@ from pydantic import Field
 
 from srt_agent.chat.messages import Message, user
 from srt_agent.env.multi_turn import Transition
-from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.env.registration import UnknownEnvError, register_env, search_current_dir
 from srt_agent.errors import FAULTS, describe_fault
 from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnv,
@@ -86,9 +86,7 @@ def _openenv() -> Any:
 
 def _resolve(target: str) -> Any:
     module_name, _, attr = target.partition(":")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)
+    search_current_dir()
     try:
         return getattr(importlib.import_module(module_name), attr)
     except Exception as exc:  # noqa: BLE001 - the module's own import may fail any way

@@ -28,10 +28,9 @@ data comes from the Hugging Face hub, or whose rubric calls an OpenAI judge, nee
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -44,7 +43,7 @@ from pydantic import Field
 
 from srt_agent.chat.messages import Message, tool_result
 from srt_agent.env.multi_turn import Observation, Transition
-from srt_agent.env.registration import UnknownEnvError, register_env
+from srt_agent.env.registration import UnknownEnvError, register_env, search_current_dir
 from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnv,
     ForeignEnvConfig,
@@ -105,9 +104,7 @@ def load(environment: str, env_args: dict[str, Any]) -> Any:
     with _LOAD_LOCK:
         if key not in _LOADED:
             vf = _vf()
-            cwd = os.getcwd()
-            if cwd not in sys.path:  # an environment module next to the user's files is found
-                sys.path.append(cwd)
+            search_current_dir()
             try:
                 with _signals_allowed():
                     _LOADED[key] = vf.load_environment(environment, **env_args)
@@ -118,36 +115,37 @@ def load(environment: str, env_args: dict[str, Any]) -> Any:
         return _LOADED[key]
 
 
-class _NoClient:
-    """Builds the ``vf.Client`` that ``init_state`` requires; the model here is srt-agent's engine."""
+@functools.cache
+def _no_client_class() -> Any:
+    """The ``vf.Client`` class that ``init_state`` requires, defined once on first use.
 
-    @staticmethod
-    def make() -> Any:
-        vf = _vf()
+    srt-agent's engine is the model here, so the client is never asked for a response.
+    """
+    vf = _vf()
 
-        class NoClient(vf.Client):  # type: ignore[misc, name-defined]
-            def setup_client(self, config: Any) -> None:
-                return None
+    class NoClient(vf.Client):  # type: ignore[misc, name-defined]
+        def setup_client(self, config: Any) -> None:
+            return None
 
-            async def to_native_tool(self, tool: Any) -> Any:
-                return tool
+        async def to_native_tool(self, tool: Any) -> Any:
+            return tool
 
-            async def to_native_prompt(self, messages: Any) -> Any:
-                return messages, {}
+        async def to_native_prompt(self, messages: Any) -> Any:
+            return messages, {}
 
-            async def get_native_response(self, *args: Any, **kwargs: Any) -> Any:
-                raise RuntimeError("srt-agent generates the assistant turns; this client is never asked")
+        async def get_native_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("srt-agent generates the assistant turns; this client is never asked")
 
-            async def raise_from_native_response(self, response: Any) -> None:
-                return None
+        async def raise_from_native_response(self, response: Any) -> None:
+            return None
 
-            async def from_native_response(self, response: Any) -> Any:
-                return response
+        async def from_native_response(self, response: Any) -> Any:
+            return response
 
-            async def close(self) -> None:
-                return None
+        async def close(self) -> None:
+            return None
 
-        return NoClient(None)
+    return NoClient
 
 
 class VerifiersEnv(ForeignEnv):
@@ -179,7 +177,7 @@ class VerifiersEnv(ForeignEnv):
         if len(self.rows) == 0:
             raise ForeignEnvError(f"verifiers environment {cfg.environment!r} has no {cfg.split} rows")
         self._loop = LoopThread(f"verifiers-{cfg.environment}")
-        self._client = _NoClient.make()
+        self._client = _no_client_class()(None)
         self._state: Any = None
         self._prompt: list[Any] = []
         self._call_names: dict[str, str] = {}
@@ -351,9 +349,7 @@ def register(name: str) -> str:
     module = name.replace("-", "_").split("/")[-1]
     import importlib.util
 
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)
+    search_current_dir()
     if importlib.util.find_spec(module) is None:
         raise UnknownEnvError(
             f"no verifiers environment module {module!r} is installed (install its package, e.g. with "
