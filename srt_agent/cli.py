@@ -232,14 +232,16 @@ def build_model_cmd(
         str,
         typer.Option(
             help="embedded (the default model), tool-choice (Calculator warm start mixed with tool-free "
-            "demonstrations: the RL quickstart's model) or gpu (the same lesson at ~87M parameters, "
-            "built on a CUDA GPU in ~2 minutes)."
+            "demonstrations: the RL quickstart's model), reasoning-gym (tool-choice plus reasoning-gym "
+            "arithmetic; needs the reasoning-gym extra) or gpu (the tool-choice lesson at ~87M "
+            "parameters, built on a CUDA GPU in ~2 minutes)."
         ),
     ] = "embedded",
 ) -> None:
     """Build a model (the embedded one, or a preset): tokenizer, small Llama, SFT on demonstrations."""
     from dataclasses import replace
 
+    from srt_agent.env.registration import UnknownEnvError
     from srt_agent.recipe.build import BuildDirError, build_model, preset_config
 
     target = out or default_model_dir()
@@ -248,7 +250,7 @@ def build_model_cmd(
         defaults = preset_config(preset)
         config = replace(defaults, sft=replace(defaults.sft, device=device or defaults.sft.device))
         report = build_model(target, seed=seed, force=force, config=config)
-    except (BuildDirError, ValueError) as exc:
+    except (BuildDirError, UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
     table = Table(title=f"{preset} model -> {target}")
     table.add_column("figure")

@@ -122,6 +122,43 @@ def test_a_build_records_each_demonstrator_of_an_env_apart(tmp_path: Path) -> No
         replace(TINY, demos=(("srt/Calculator-v0", 4, "guess"),))
 
 
+def test_demo_sources_pass_their_env_options_to_make(tmp_path: Path) -> None:
+    one_step = {"min_steps": 2, "max_steps": 2, "max_turns": 5}
+    cfg = replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, "oracle", one_step),))
+    build_model(tmp_path / "m", config=cfg, show_progress=False)
+    meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
+    assert meta["demos"] == {"srt/Calculator-v0": 4}
+    from srt_agent.recipe.demos import collect_demos
+
+    two_steps = collect_demos("srt/Calculator-v0", 4, options=one_step)
+    assert all(len(d.turns) == 3 for d in two_steps)  # two calculator calls, then the answer
+
+
+def test_a_bad_demo_source_fails_the_build_before_any_work(tmp_path: Path) -> None:
+    from srt_agent.env.multi_turn import EnvConfigError
+    from srt_agent.env.registration import UnknownEnvError
+
+    bad_option = replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, "oracle", {"max_stepz": 2}),))
+    with pytest.raises(EnvConfigError, match="max_stepz"):
+        build_model(tmp_path / "m", config=bad_option, show_progress=False)
+    with pytest.raises(UnknownEnvError, match="srt/Calculater-v0"):
+        build_model(
+            tmp_path / "m", config=replace(TINY, demos=(("srt/Calculater-v0", 4),)), show_progress=False
+        )
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_reasoning_gym_preset_names_its_extra_when_missing(tmp_path: Path) -> None:
+    import importlib.util
+
+    from srt_agent.env.registration import UnknownEnvError
+
+    if importlib.util.find_spec("reasoning_gym") is not None:
+        pytest.skip("reasoning-gym is installed (its tier builds from this preset's demonstrations)")
+    with pytest.raises(UnknownEnvError, match=r"pip install 'srt-agent\[reasoning-gym\]'"):
+        build_model(tmp_path / "m", config=preset_config("reasoning-gym"), show_progress=False)
+
+
 def test_presets_match_the_run_config_choices() -> None:
     from typing import get_args
 

@@ -30,10 +30,11 @@ class ModelSection(Section):
     )
     # The names of srt_agent.recipe.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
-    build_preset: Literal["embedded", "tool-choice", "gpu"] = Field(
+    build_preset: Literal["embedded", "tool-choice", "reasoning-gym", "gpu"] = Field(
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
-        "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), or "
+        "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
+        "`reasoning-gym` (tool-choice plus reasoning-gym arithmetic; needs that extra), or "
         "`gpu` (the tool-choice lesson at ~87M parameters, built on a CUDA GPU).",
     )
 

@@ -8,7 +8,7 @@ every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -54,14 +54,16 @@ class DemoSource(NamedTuple):
     """Demonstrations of one env by one demonstrator.
 
     Attributes:
-        env_id: A registered env.
+        env_id: A registered env, or an id ``make`` resolves (``reasoning_gym:basic_arithmetic``).
         episodes: Episodes to play.
         demonstrator: A key of :data:`DEMONSTRATORS`.
+        options: Env options passed to ``make`` (an env family's difficulty, its tool).
     """
 
     env_id: str
     episodes: int
     demonstrator: str = "oracle"
+    options: Mapping[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -174,6 +176,7 @@ def collect_demos(
     build_seed: int = 0,
     seeds: range | None = None,
     demonstrator: str = "oracle",
+    options: Mapping[str, Any] | None = None,
 ) -> list[Demo]:
     """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
 
@@ -184,6 +187,7 @@ def collect_demos(
         seeds: Play exactly these env seeds instead (``count`` and ``build_seed`` are then
             ignored): a slice of a build's block, for collecting in parallel.
         demonstrator: Who plays: a key of :data:`DEMONSTRATORS`.
+        options: Env options for ``make``.
 
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task).
@@ -194,7 +198,7 @@ def collect_demos(
         ValueError: Unknown demonstrator, or the env has no such demonstrator.
     """
     policy = demonstrator_policy(demonstrator)
-    env = make(env_id)
+    env = make(env_id, **(options or {}))
     inner = env.unwrapped
     if not isinstance(inner, MultiTurnEnv):
         raise TypeError(f"{env_id} is not a MultiTurnEnv ({type(inner).__name__})")

@@ -54,7 +54,9 @@ def make_pool(workers: int, items: int) -> ProcessPoolExecutor | None:
 def collect_job(job: tuple[DemoSource, range]) -> list[Demo]:
     """Worker: the solved episodes of one source (env and demonstrator) over a slice of seeds."""
     source, seeds = job
-    return collect_demos(source.env_id, len(seeds), seeds=seeds, demonstrator=source.demonstrator)
+    return collect_demos(
+        source.env_id, len(seeds), seeds=seeds, demonstrator=source.demonstrator, options=source.options
+    )
 
 
 def collect_all(

@@ -46,6 +46,7 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
             f"model.dir = {str(model_dir)!r} holds no model; build one with `srt-agent build-model --out "
             f"{model_dir} --preset {preset}` or set model.build_if_missing=true"
         )
+    from srt_agent.env.registration import UnknownEnvError
     from srt_agent.recipe.build import BuildDirError, ensure_model, preset_config
 
     console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
@@ -54,6 +55,8 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
         ensure_model(model_dir, config=preset_config(preset))
     except BuildDirError as exc:
         raise TrainError(f"model.dir: {exc}") from None
+    except UnknownEnvError as exc:  # the preset's demonstrations need an extra that is missing
+        raise TrainError(f"model.build_preset={preset}: {exc}") from None
     return time.perf_counter() - t0
 
 

@@ -19,6 +19,9 @@ Every procedural dataset of reasoning-gym (``reasoning_gym.factory.DATASETS``) p
   ``score_answer`` that raises on the model's answer (``prime_factorization``'s does on text)
   scores 0 with the error in ``info["score_error"]``; one that returns something other than a
   number in ``[0, 1]`` fails the episode with the reason.
+* Oracles (for demonstrations and tests): ``oracle()`` answers with the entry's reference answer,
+  after one calculator call on the entry's arithmetic expression in calculator mode when it has one;
+  ``mental_oracle()`` answers at once.
 
 All of reasoning-gym's datasets are generated offline (a few need extra packages of their own).
 """
@@ -30,6 +33,7 @@ import functools
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -50,7 +54,7 @@ from srt_agent.integrations.ecosystems.foreign import (
 from srt_agent.tool.parser import format_tool_call
 from srt_agent.tool.toolset import ToolSet
 
-__all__ = ["ReasoningGymConfig", "ReasoningGymEnv", "register"]
+__all__ = ["CalculateThenAnswer", "ReasoningGymConfig", "ReasoningGymEnv", "register"]
 
 NAMESPACE = "reasoning_gym"
 
@@ -193,8 +197,37 @@ class ReasoningGymEnv(ForeignEnv):
         return Transition(reward=score, terminated=True, info=info)
 
     def oracle(self) -> Policy:
-        """Replies with the entry's reference answer in answer tags."""
-        return ReplyPolicy(f"<answer>{self.entry['answer']}</answer>")
+        """The reference answer in answer tags; with the calculator, computed by the tool first.
+
+        In calculator mode, an entry whose metadata carries the arithmetic ``expression`` (as
+        ``basic_arithmetic``'s and ``chain_sum``'s do) is solved as a tool user would: one calculator
+        call on it, then the answer. Any other entry is answered at once.
+        """
+        expression = (self.entry.get("metadata") or {}).get("expression")
+        if self.config.tool == "calculator" and isinstance(expression, str) and expression.strip():
+            return CalculateThenAnswer(expression, self._answer())
+        return ReplyPolicy(self._answer())
+
+    def mental_oracle(self) -> Policy:
+        """The reference answer in answer tags at once, without a tool (a build's second demonstrator)."""
+        return ReplyPolicy(self._answer())
+
+    def _answer(self) -> str:
+        return f"<answer>{self.entry['answer']}</answer>"
+
+
+@dataclass(frozen=True)
+class CalculateThenAnswer:
+    """Calls the calculator on ``expression``, then replies ``answer`` once a tool result is back."""
+
+    expression: str
+    answer: str
+
+    def act(self, history: Sequence[Message]) -> str:
+        """The calculator call, or the answer after the tool has answered."""
+        if any(m.role == "tool" for m in history):
+            return self.answer
+        return format_tool_call("calculator", {"expression": self.expression})
 
 
 def _score(raw: Any, dataset: str) -> float:
