@@ -129,7 +129,7 @@ def test_a_misbehaving_score_fails_its_episode_with_the_reason(monkeypatch: pyte
     env = make("reasoning_gym:chain_sum")
     env.reset(seed=0)
     monkeypatch.setattr(type(env.unwrapped.data), "score_answer", lambda self, answer, entry: "yes")
-    with pytest.raises(ForeignEnvError, match="score_answer returned str"):
+    with pytest.raises(ForeignEnvError, match="score_answer: got str 'yes', not a number"):
         env.step("<answer>1</answer>")
     env.reset(seed=0)
 

@@ -19,6 +19,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnvError,
     LoopThread,
     MissingResourceError,
+    foreign_reward,
     import_package,
     reraise_foreign,
     run_sync,
@@ -51,6 +52,19 @@ def test_failed_downloads_are_told_apart_from_other_failures() -> None:
     assert "needs a download" in str(reraise_foreign(hub, "verifiers environment 'gsm8k'"))
     plain = reraise_foreign(ValueError("bad move"), "a game")
     assert type(plain) is ForeignEnvError and str(plain) == "a game failed: ValueError: bad move"
+
+
+def test_foreign_rewards_must_be_finite_numbers() -> None:
+    assert foreign_reward(1, "x") == 1.0 and foreign_reward(0.25, "x") == 0.25
+    for bad, shown in [
+        ("invalid move", "got str 'invalid move', not a number"),
+        (True, "got bool 'True', not a number"),
+        (None, "got NoneType 'None', not a number"),
+        (float("nan"), "got nan, not a finite number"),
+        (float("-inf"), "got -inf, not a finite number"),
+    ]:
+        with pytest.raises(ForeignEnvError, match=f"^TextArena game G's reward: {shown}$"):
+            foreign_reward(bad, "TextArena game G's reward")
 
 
 def test_coroutines_run_from_sync_code_with_or_without_a_running_loop() -> None:

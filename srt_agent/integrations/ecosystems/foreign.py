@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import math
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "LoopThread",
     "MissingResourceError",
     "ReplyPolicy",
+    "foreign_reward",
     "import_package",
     "reraise_foreign",
     "run_sync",
@@ -91,6 +93,24 @@ def reraise_foreign(exc: BaseException, what: str) -> ForeignEnvError:
             f"beyond package registries; fetch it beforehand where you can): {first}"
         )
     return ForeignEnvError(f"{what} failed: {text}")
+
+
+def foreign_reward(value: Any, what: str) -> float:
+    """``value``, a reward a foreign package gave, as a float; :class:`ForeignEnvError` if it is none.
+
+    Refused: anything but an int or a float (a bool too: ``True`` is a bug, not a score), NaN and
+    infinities (one would poison a whole batch's advantages).
+
+    Args:
+        value: What the package returned.
+        what: Who gave it, for the message (``"TextArena game Countdown-v0's reward"``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ForeignEnvError(f"{what}: got {type(value).__name__} {str(value)[:120]!r}, not a number")
+    reward = float(value)
+    if not math.isfinite(reward):
+        raise ForeignEnvError(f"{what}: got {reward}, not a finite number")
+    return reward
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

@@ -48,6 +48,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
+    foreign_reward,
     import_package,
     reraise_foreign,
 )
@@ -302,9 +303,10 @@ class OpenEnvEnv(ForeignEnv):
             raise
         except Exception as exc:
             raise reraise_foreign(exc, f"OpenEnv environment {target!r} {what}") from exc
-        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
-            raise ForeignEnvError(f"OpenEnv environment {target!r} {what}: reward {reward!r} is not a number")
-        return self._observation_text(data), float(reward or 0.0), bool(done)
+        value = 0.0  # OpenEnv's observations may carry no reward: nothing was scored this step
+        if reward is not None:
+            value = foreign_reward(reward, f"OpenEnv environment {target!r}: {what}'s reward")
+        return self._observation_text(data), value, bool(done)
 
     def _observation_text(self, data: dict[str, Any]) -> str:
         fields = {k: v for k, v in data.items() if k not in _RESERVED}

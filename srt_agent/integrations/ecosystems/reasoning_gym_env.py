@@ -31,7 +31,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,6 +47,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnvConfig,
     ForeignEnvError,
     ReplyPolicy,
+    foreign_reward,
     import_package,
     reraise_foreign,
 )
@@ -232,12 +232,8 @@ class CalculateThenAnswer:
 
 def _score(raw: Any, dataset: str) -> float:
     """``score_answer``'s value as a reward, or :class:`ForeignEnvError` if it is not one."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ForeignEnvError(
-            f"reasoning-gym {dataset!r} score_answer returned {type(raw).__name__}, not a number"
-        )
-    score = float(raw)
-    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+    score = foreign_reward(raw, f"reasoning-gym {dataset!r} score_answer")
+    if not 0.0 <= score <= 1.0:
         raise ForeignEnvError(f"reasoning-gym {dataset!r} score_answer returned {score}, outside [0, 1]")
     return score
 

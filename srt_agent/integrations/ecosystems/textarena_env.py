@@ -39,6 +39,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
+    foreign_reward,
     import_package,
     reraise_foreign,
 )
@@ -183,15 +184,9 @@ def _player_reward(rewards: Any, game: str) -> float:
         raise ForeignEnvError(
             f"TextArena game {game} ended without a reward for the player: {str(rewards)[:200]}"
         )
-    value = rewards[0]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        # TextArena 0.7.4's Countdown, Cryptarithm, Slitherlink and ThreeCardMonte pass their reason
-        # where the reward goes when a game ends on invalid moves: the reward is that text.
-        raise ForeignEnvError(
-            f"TextArena game {game} gave a reward of type {type(value).__name__} "
-            f"({str(value)[:120]!r}), not a number"
-        )
-    return float(value)
+    # TextArena 0.7.4's Countdown, Cryptarithm, Slitherlink and ThreeCardMonte pass their reason
+    # where the reward goes when a game ends on invalid moves: the reward is that text.
+    return foreign_reward(rewards[0], f"TextArena game {game}'s reward for the player")
 
 
 def _plain(value: Any) -> Any:

@@ -49,6 +49,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnvConfig,
     ForeignEnvError,
     LoopThread,
+    foreign_reward,
     import_package,
     reraise_foreign,
 )
@@ -305,17 +306,14 @@ class VerifiersEnv(ForeignEnv):
         self._run(env.cleanup(state), "cleanup")
         self._run(env.rubric.score_rollout(state), "rubric")
         self._run(env.rubric.cleanup(state), "rubric cleanup")
-        reward = state.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, int | float) or reward != reward:
-            raise ForeignEnvError(
-                f"verifiers environment {self.config.environment!r}: the rubric gave reward {reward!r}, "
-                "not a number"
-            )
+        reward = foreign_reward(
+            state.get("reward"), f"verifiers environment {self.config.environment!r}: the rubric's reward"
+        )
         metrics = {
             str(k): float(v) for k, v in (state.get("metrics") or {}).items() if isinstance(v, int | float)
         }
         info = {"verifiers_metrics": metrics, "verifiers_stop": str(state.get("stop_condition") or "")}
-        return Transition(messages=messages, reward=float(reward), terminated=True, info=info)
+        return Transition(messages=messages, reward=reward, terminated=True, info=info)
 
     def _to_srt(self, message: Any) -> Message:
         """A verifiers message (pydantic or dict) as srt-agent's."""
