@@ -159,6 +159,17 @@ def test_the_reasoning_gym_preset_names_its_extra_when_missing(tmp_path: Path) -
         build_model(tmp_path / "m", config=preset_config("reasoning-gym"), show_progress=False)
 
 
+def test_the_reasoning_gym_config_trains_on_what_its_preset_demonstrates() -> None:
+    import yaml
+
+    from srt_agent.recipe.build import REASONING_GYM_ARITHMETIC
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "configs" / "reasoning_gym.yaml").read_text())
+    assert config["model"]["build_preset"] == "reasoning-gym"
+    assert config["env"]["id"] == preset_config("reasoning-gym").demos[0].env_id
+    assert config["env"]["options"] == REASONING_GYM_ARITHMETIC
+
+
 def test_presets_match_the_run_config_choices() -> None:
     from typing import get_args
 
