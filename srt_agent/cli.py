@@ -70,21 +70,22 @@ ENV_OPTION_HELP = (
 def _env_options(pairs: list[str] | None) -> dict[str, Any]:
     """``KEY=VALUE`` pairs as env options, each value read as YAML.
 
+    Read the way a run config's overrides are (the same guarded reader: ``1e-4`` is a float,
+    alias bombs are refused), so ``-o`` and ``env.options`` agree.
+
     Raises:
         ValueError: A pair without ``=``, or a value that is not YAML.
     """
-    import yaml
+    from srt_agent.config.loader import ConfigError, apply_overrides
 
-    options: dict[str, Any] = {}
     for pair in pairs or []:
-        key, sep, value = pair.partition("=")
+        key, sep, _ = pair.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--option {pair!r}: write KEY=VALUE, e.g. --option max_turns=4")
-        try:
-            options[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"--option {pair!r}: the value is not YAML ({exc})") from None
-    return options
+    try:
+        return apply_overrides({}, pairs or [])
+    except ConfigError as exc:
+        raise ValueError("--option: " + "; ".join(exc.problems)) from None
 
 
 @app.command("envs")
@@ -232,8 +233,8 @@ def build_model_cmd(
         str,
         typer.Option(
             help="embedded (the default model), tool-choice (Calculator warm start mixed with tool-free "
-            "demonstrations: the RL quickstart's model), reasoning-gym (tool-choice plus reasoning-gym "
-            "arithmetic; needs the reasoning-gym extra) or gpu (the tool-choice lesson at ~87M "
+            "demonstrations: the RL quickstart's model), reasoning-gym (the same lesson on reasoning-gym's "
+            "basic_arithmetic; needs the reasoning-gym extra) or gpu (the tool-choice lesson at ~87M "
             "parameters, built on a CUDA GPU in ~2 minutes)."
         ),
     ] = "embedded",

@@ -169,3 +169,18 @@ def test_heartbeat_prints_progress_where_bars_cannot_show() -> None:
     for i in range(1, 4):
         live.update(i)
     assert shown.getvalue() == ""  # a terminal shows the live bar instead
+
+
+def test_env_options_are_read_as_run_config_overrides_are() -> None:
+    from srt_agent.cli import _env_options
+
+    got = _env_options(["max_turns=4", "lr=1e-4", "ops=[+, '-']", "dataset_options={min_terms: 2}"])
+    assert got == {"max_turns": 4, "lr": 1e-4, "ops": ["+", "-"], "dataset_options": {"min_terms": 2}}
+    with pytest.raises(ValueError, match=r"--option 'max_turns': write KEY=VALUE"):
+        _env_options(["max_turns"])
+    with pytest.raises(ValueError, match=r"--option: .*not valid YAML"):
+        _env_options(["a=[1, 2"])
+    with pytest.raises(ValueError, match=r"--option: .*nested more than 100 levels"):
+        _env_options(["a=" + "[" * 200 + "]" * 200])  # the guarded reader's bound, as for overrides
+    result = runner.invoke(app, ["play", "srt/Calculator-v0", "-o", "max_turns"])
+    assert result.exit_code == 2 and "write KEY=VALUE" in result.output
