@@ -123,14 +123,14 @@ def test_a_build_records_each_demonstrator_of_an_env_apart(tmp_path: Path) -> No
 
 
 def test_demo_sources_pass_their_env_options_to_make(tmp_path: Path) -> None:
-    one_step = {"min_steps": 2, "max_steps": 2, "max_turns": 5}
-    cfg = replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, "oracle", one_step),))
+    two_steps_each = {"min_steps": 2, "max_steps": 2, "max_turns": 5}
+    cfg = replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, "oracle", two_steps_each),))
     build_model(tmp_path / "m", config=cfg, show_progress=False)
     meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
     assert meta["demos"] == {"srt/Calculator-v0": 4}
     from srt_agent.recipe.demos import collect_demos
 
-    two_steps = collect_demos("srt/Calculator-v0", 4, options=one_step)
+    two_steps = collect_demos("srt/Calculator-v0", 4, options=two_steps_each)
     assert all(len(d.turns) == 3 for d in two_steps)  # two calculator calls, then the answer
 
 

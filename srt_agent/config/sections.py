@@ -34,7 +34,7 @@ class ModelSection(Section):
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
-        "`reasoning-gym` (tool-choice plus reasoning-gym arithmetic; needs that extra), or "
+        "`reasoning-gym` (the same lesson on reasoning-gym's basic_arithmetic; needs that extra), or "
         "`gpu` (the tool-choice lesson at ~87M parameters, built on a CUDA GPU).",
     )
 
