@@ -151,6 +151,12 @@ def build_runtime(
         cuda_graphs=cuda_graphs,
         tokenizer=fmt.tokenizer,  # the chat format's: loaded once per run
     )
+    if local.graphs is not None:
+        # Capture every step shape of the rollout's sampling now, not inside its first batches.
+        from srt_agent.contracts.generation import SamplingParams
+
+        sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k)
+        local.warm_up([sampling])
     scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
     return Runtime(local, fmt, draft_source, scheduler)
 

@@ -53,6 +53,8 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
         "latency200_runahead_speedup", "latency200_runahead_tokens", "latency200_prediction_hit_rate",
         "rounds", "prompts", "samples", "drift", "threads", "decode_share", "srt_speedup_ceiling",
         "srt_speedup_no_capture", "off_prefill_capture_s", "srt_speedup_ceiling_calculator",
+        "off_engine_start_s", "srt_warm_up_s", "srt_warm_up_capture_s", "srt_unwarmed_shapes",
+        "hf_generate_engine_start_s",
     }  # fmt: skip
     assert keys <= set(record), keys - set(record)
     for c in CONFIGS:
@@ -63,11 +65,36 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
     for key in ("acceptance_rate", "latency200_runahead_acceptance", "hit_rate_task", "token_prob"):
         assert 0 <= record[key] <= 1
     assert record["tokens_per_forward"] >= 1 and record["off_tokens_per_forward"] == 1
+    assert record["off_engine_start_s"] > 0 and record["srt_warm_up_s"] == 0  # no static steps on a CPU
     # Same seeds, exact verification: every TorchEngine configuration generated the same tokens.
     torch_engine = (
         "off", "srt", "srt_no_runahead", "useless", "cache_only", "latency_srt", "latency_srt_no_runahead"
     )  # fmt: skip
     assert len({record[f"{c}_tokens"] for c in torch_engine}) == 1
+
+
+def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> None:
+    """build_runtime warms the static steps up for the rollout's sampling before the first batch
+    (on a CPU they run uncaptured: the same shapes a GPU captures), so a rollout meets none it
+    did not build, drafts and prefills included."""
+    from srt_agent.rollout.config import RolloutConfig
+    from srt_agent.rollout.episode import EpisodeSpec
+    from srt_agent.rollout.scheduler import rollout_sync
+    from srt_agent.runtime import build_runtime
+    from srt_agent.tree_cache import TreeCache
+
+    rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8)
+    options = {"max_turns": 2}
+    specs = [EpisodeSpec("srt/Calculator-v0", s, t, env_options=options) for s in (1, 2) for t in (0, 1)]
+    with build_runtime(model_dir, rollout, draft_source=TreeCache(), cuda_graphs=True) as runtime:
+        engine = runtime.engine
+        stats = engine.stats()  # type: ignore[union-attr]
+        assert stats.warm_shapes > 0 and stats.warm_up_seconds > 0
+        for _ in range(2):  # the second round drafts from the first's cache
+            batch = rollout_sync(runtime.scheduler, specs)
+        after = engine.stats()  # type: ignore[union-attr]
+    assert all(t.status in ("ok", "truncated") for t in batch.trajectories) and batch.metrics.live_tokens > 0
+    assert after.unwarmed_shapes == 0 and after.prefill_forwards > 0
 
 
 def test_results_per_round_and_the_table(model_dir: Path) -> None:

@@ -160,8 +160,10 @@ def test_static_steps_need_a_full_size_cache(model_dir: Path) -> None:
         with pytest.raises(ValueError, match="CUDA device"):
             StepGraphs(eng.model, full, max_width=1, capture=True)
         steps = StepGraphs(eng.model, full, max_width=9, capture=False)
-        # One row is kept spare (prefills' padding rows write there): 7 rows of steps.
-        assert steps.max_width == 16 and steps.fits(7, 16) and not steps.fits(8, 1) and not steps.fits(1, 17)
+        # One row is kept spare (prefills' padding rows write there): 7 rows of steps. Every
+        # verify step is padded to the one verify width (9 positions), not a power of two.
+        assert steps.max_width == 9 and steps.fits(7, 9) and steps.fits(7, 2)
+        assert not steps.fits(8, 1) and not steps.fits(1, 10)
         assert steps.fits_prefill(7, 16, 48) and not steps.fits_prefill(7, 17, 48)  # 48 + 32 > 64
 
 
@@ -195,3 +197,71 @@ def test_prefills_run_as_static_steps_and_long_ones_eagerly(model_dir: Path, tmp
                 assert eng.graphs is not None
                 assert eng.graphs.prefills == 2  # the 1100-token prompt (> MAX_PREFILL) ran eagerly
     _same(outs[0], outs[1])
+
+
+def test_warm_up_builds_every_shape_a_rollout_meets(model_dir: Path) -> None:
+    # An RL batch: every request samples at temperature 1 (one set of sampling flags), more
+    # requests than rows (rows join and leave), drafts verified, then a second turn whose prefix
+    # comes back from the prefix store (a prefill after a reused prefix).
+    prompts = [tuple(random.Random(i).choices(range(VOCAB), k=5 + 7 * i)) for i in range(12)]
+    reqs = [
+        GenerationRequest(
+            f"w{i}", p, SamplingParams(temperature=1.0, seed=i, max_new_tokens=10 + 3 * i), task_id=f"w{i}"
+        )
+        for i, p in enumerate(prompts)
+    ]
+    with _engine(model_dir) as plain:
+        ref = plain.generate(reqs)
+    turn = (*prompts[3], *ref[3].token_ids, 7, 8)  # the episode's next turn: its prefix is parked
+    follow = [GenerationRequest("f0", turn, SamplingParams(seed=3, max_new_tokens=12))]
+    results = []
+    for warm in (False, True):
+        source = NoisyReplay(_book(ref), VOCAB, seed=5, corrupt=0.3)
+        with _spec_engine(model_dir, source, cuda_graphs=True) as eng:
+            assert eng.graphs is not None
+            seconds = eng.warm_up([SamplingParams()]) if warm else 0.0
+            before = eng.graphs.shapes
+            outs = eng.generate(reqs), eng.generate(follow)
+            results.append((outs, eng.stats(), eng.spec_stats(), eng.graphs.shapes - before, seconds))
+            listed = len(eng.graphs.warm_shape_list())
+    (cold, _, _, cold_new, _), (warm_out, stats, spec, new, seconds) = results
+    _same(cold[0], warm_out[0])  # warm-up's placeholder writes change nothing
+    _same(cold[1], warm_out[1])
+    _same(ref, warm_out[0])
+    assert spec.verify_forwards > 0 and stats.prefix_hits > 0
+    assert stats.warm_shapes == listed > 0 and seconds > 0
+    assert cold_new > 0  # without warm-up the run builds its shapes as it meets them
+    assert new == 0 and stats.unwarmed_shapes == 0  # with it, none is built mid-run
+
+
+def test_warm_up_covers_its_flags_only_and_never_captures_mid_run(model_dir: Path) -> None:
+    # Near the end of the context (256 here), a verify step's 9 positions reach past the last
+    # power-of-two span: a shape warm-up leaves to the eager path (counted, never captured).
+    long = GenerationRequest(
+        "long",
+        tuple(i % 90 + 1 for i in range(236)),
+        SamplingParams(seed=1, max_new_tokens=20),
+        task_id="long",
+    )
+    with _engine(model_dir) as plain:
+        ref = plain.generate([long])
+    with _spec_engine(
+        model_dir, NoisyReplay(_book(ref), VOCAB, seed=1, corrupt=0.0), cuda_graphs=True
+    ) as eng:
+        graphs = eng.graphs
+        assert graphs is not None
+        eng.warm_up([SamplingParams()])
+        warmed = graphs.shapes
+        eng.warm_up([SamplingParams(temperature=1.0, seed=4)])
+        assert graphs.shapes == warmed  # the same sampling flags: nothing new
+        # Greedy requests have other flags: their shapes are built as met (captured, on a GPU).
+        eng.generate([GenerationRequest("g", (1, 2, 3), SamplingParams(temperature=0.0, max_new_tokens=4))])
+        assert graphs.shapes > warmed and graphs.unwarmed_shapes == 0
+        out = eng.generate([long])
+        assert eng.spec_stats().verify_forwards > 0
+        assert graphs.unwarmed_shapes > 0
+    _same(ref, out)
+    shapes = graphs.warm_shape_list()
+    assert all(rows * width <= 2048 for kind, rows, width, _ in shapes if kind == "prefill")
+    sizes = [rows * width * span for _, rows, width, span in shapes]
+    assert sizes == sorted(sizes, reverse=True)  # largest first

@@ -295,3 +295,20 @@ def test_rank_equals_sorting_by_probability_then_depth() -> None:
         got = model.rank(draft, "g")
         order, values = reference(model, draft, "g")
         assert got.order == order and list(got.values) == values
+
+
+def test_a_fixed_verify_width_prices_every_verify_step_at_that_width() -> None:
+    """Static steps pad every verify step to one width: a narrow draft costs what a full one does,
+    so the model verifies whatever is worth anything up to it, and a batch whose full-width step
+    exceeds max_batch_tokens decodes plainly (the batch-size threshold)."""
+    model = _model(per_forward=0.001, per_token=0.00003, max_draft_tokens=8)
+    model.fixed_width = 9
+    assert model.step_seconds(16, 2) == model.step_seconds(16, 9) > model.step_seconds(16, 1)
+    # The tree of test_choose_keeps_the_most_likely_nodes_at_one_width: at a fixed width its
+    # unlikely nodes ride along for free (they were trimmed when narrower steps were cheaper).
+    tree = DraftTree((10, 11, 12, 13), (-1, -1, 0, 2), (0.9, 0.05, 0.8, 0.1), "exact")
+    assert len(model.choose([tree, _chain(0)])[0]) == 4
+    assert model.max_width(113) == 9 and model.max_width(114) == 1  # 1024 // 9 = 113 rows
+    assert model.ask([20] * 114) == [0] * 114
+    model.observe_step(16, 9, 0.004)  # measured at the padded width
+    assert model.verify_extra.observed

@@ -287,7 +287,7 @@ class Scheduler:
             timer = CaptureFreeTimer(self.graphs, spec.clock if spec is not None else time.perf_counter)
             if spec is not None and drafts is not None:
                 emitted = spec.verify(self.rows, drafts, self._params())
-                width = 1 + max(len(d) for d in drafts)  # tokens per row in the forward, padding included
+                width = spec.last_width  # tokens per row in the forward, padding included
             else:
                 emitted, width = self._plain_decode(), 1
             seconds = timer.seconds()

@@ -7,11 +7,20 @@ static shapes and captures each shape once as a CUDA graph. A step then costs on
 copy of its inputs per dtype, one graph launch, and one device-to-host copy of the drawn tokens and
 their logprobs: the step's only sync.
 
-**Shapes.** Rows are padded to a power of two (``Bb``), tree positions per row to a power of two
-(``Tb``; 1 for a plain decode step) and the attention span to a power of two (``L``, at least
-:data:`MIN_SPAN`, at most the cache's length). A shape is captured the first time it is met,
-together with the batch's sampling flags (which choose the sampling ops); the number of graphs is
-therefore small (log-many per dimension) and bounded.
+**Shapes.** Rows are padded to a power of two (``Bb``) and the attention span to a power of two
+(``L``, at least :data:`MIN_SPAN`, at most the cache's length). Tree positions per row (``Tb``) are
+1 for a plain decode step and the engine's one verify width for every verify step (shorter drafts
+are padded), as SGLang gives every request exactly N draft slots: one verify graph per row bucket
+and span serves every step. A shape is keyed together with the batch's sampling flags (which
+choose the sampling ops).
+
+**Capture at start-up.** :meth:`StepGraphs.warm_up` captures every decode, verify and prefill
+shape of the given sampling flags before any request runs, largest first (smaller graphs reuse the
+larger ones' memory in the one pool), as SGLang's ``CudaGraphRunner`` does: a capture costs tens of
+milliseconds, which mid-run lands inside a rollout's steps. After warm-up, a shape of warmed flags
+that warm-up did not build (a prefill too large to be launch-bound, a step past the last
+power-of-two span) runs eagerly and is counted, never captured mid-run; flags that were not warmed
+(a greedy evaluation on an RL engine) are still captured the first time they are met.
 
 **Static addressing.** The graphs read and write the KV cache in place, so the cache is allocated at
 its full size once and never grown or moved (see :class:`~srt_agent.engine.kv_cache.KVCache`), and
@@ -32,7 +41,12 @@ no sequence holds, padding positions only past a row's tree (stale positions, fr
 tokens bucketed, a causal mask after each row's reused prefix, the draw at each row's last prompt
 token). Their rows follow the running ones, wherever those end, so a prefill graph takes its rows
 as a device tensor (keys and values are gathered, not sliced); its padding rows write into one
-spare cache row kept for that.
+spare cache row kept for that. Warmed prefill graphs attend over the whole cache span, so one
+graph per (rows, new tokens) bucket serves every reused prefix: an agent's next turn reuses a
+prefix of any length and prefills a few dozen tokens, a launch-bound step where reading the whole
+span's keys costs microseconds. Warm-up builds the launch-bound ones (at most
+:data:`WARM_PREFILL_TOKENS` padded tokens); larger prefills are compute-bound and run eagerly at
+their own span.
 
 With ``capture=False`` the same static-shape steps run eagerly: that is how the CPU tests check this
 path against the engine's plain one, and the fallback when a capture fails on a device.
@@ -67,6 +81,9 @@ MIN_PREFILL = 16
 
 MAX_PREFILL = 1024
 """Most new tokens per row a prefill graph takes; longer prompts prefill on the eager path."""
+
+WARM_PREFILL_TOKENS = 2048
+"""Most padded tokens (rows x new tokens) of a prefill shape that warm-up captures."""
 
 _Key = tuple[str, int, int, int, Flags]  # step kind, rows, width (new tokens), span, sampling flags
 
@@ -108,8 +125,8 @@ class StepGraphs:
         cache: The engine's KV cache, allocated at its full size (``rows == max_rows`` and
             ``positions == max_positions``); rows past the running ones are padding's scratch,
             and its last row is kept for the padding rows of prefills (no sequence holds it).
-        max_width: Widest tree a step will ask for (root included; rounded up to a power of two
-            and capped at :data:`MAX_WIDTH`); the cache needs that many positions of slack.
+        max_width: The verify width: tree positions of every verify step (root included; capped
+            at :data:`MAX_WIDTH`; 1: no verify steps); the cache needs that many positions of slack.
         capture: Capture CUDA graphs (on a CUDA device); ``False`` runs the same steps eagerly.
 
     Raises:
@@ -129,7 +146,7 @@ class StepGraphs:
         if self.max_rows < 1:
             raise ValueError("static steps need a KV cache of at least 2 rows (one is kept spare)")
         self.spare_row = cache.rows - 1
-        self.max_width = min(bucket(max_width), MAX_WIDTH)
+        self.max_width = min(max(max_width, 1), MAX_WIDTH)
         self.max_span = cache.positions
         rows = bucket(self.max_rows)
         n = rows * self.max_width
@@ -154,16 +171,30 @@ class StepGraphs:
         self.capture_error: str | None = None  # why capturing was turned off, if it was
         self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
         self.prefill_capture_seconds = 0.0  # of which prefill shapes
+        self.warm_up_seconds = 0.0  # spent in warm_up (its captures included)
+        self.warm_up_capture_seconds = 0.0  # of capture_seconds, at warm-up (not mid-run)
+        self.warm_up_prefill_capture_seconds = 0.0  # of which prefill shapes
+        self.warm_shapes = 0  # shapes built by warm_up
+        self.unwarmed_shapes = 0  # shapes of warmed flags met later: run eagerly, never captured
+        self._warm: set[Flags] = set()  # sampling flags whose shapes warm_up built
         # Spent launching steps and waiting for their results (the whole forward where steps run
         # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
         self.device_seconds = 0.0
+
+    @property
+    def shapes(self) -> int:
+        """Step shapes built so far (captured, or eager where capture is off)."""
+        return len(self._graphs)
 
     def release(self) -> None:
         """Drop every captured graph and its memory (the engine is closing)."""
         self._graphs.clear()
 
     def fits(self, rows: int, width: int) -> bool:
-        """Whether a step of ``rows`` rows and trees of ``width`` positions can run here."""
+        """Whether a step of ``rows`` rows and trees of ``width`` positions can run here.
+
+        A verify step (``width > 1``) is padded to :attr:`max_width`, so any ``width`` up to it fits.
+        """
         return bucket(rows) <= self.max_rows + 1 and rows <= self.max_rows and width <= self.max_width
 
     def fits_prefill(self, rows: int, new_tokens: int, reused: int) -> bool:
@@ -207,7 +238,7 @@ class StepGraphs:
         width = max(len(r) for r in ids)
         if not self.fits(rows, width):
             raise ValueError(f"a step of {rows} rows x {width} positions does not fit the static shapes")
-        bb, tb = bucket(rows), bucket(width)
+        bb, tb = bucket(rows), (1 if width == 1 else self.max_width)
         need = max(prefix) + tb
         if need > self.max_span:
             raise ValueError(f"a step needs {need} cache positions; the cache has {self.max_span}")
@@ -231,6 +262,8 @@ class StepGraphs:
         row_start: int,
         uniforms: Sequence[float] | None,
         params: Sequence[SamplingParams],
+        *,
+        whole_span: bool = False,
     ) -> StepDraws:
         """Prefill new prompt parts into rows ``row_start ..`` and draw each row's first token.
 
@@ -240,6 +273,9 @@ class StepGraphs:
             row_start: The first row (rows follow each other).
             uniforms: Per row, the uniform of its first token; ``None`` if all greedy.
             params: Per row, its sampling parameters.
+            whole_span: Attend over the whole cache (the shape :meth:`warm_up` builds), whatever
+                the prefix; by default a warmed whole-span shape is used where one exists, else
+                the span the prefix needs.
 
         Returns:
             One token and its logprob per row.
@@ -256,6 +292,8 @@ class StepGraphs:
         kb, tb = bucket(rows), bucket(longest, MIN_PREFILL)
         span = min(bucket(max(prefix) + tb, MIN_SPAN), self.max_span)
         flags = sampling_flags(params, self.model.config.vocab_size)
+        if whole_span or ("prefill", kb, tb, self.max_span, flags) in self._graphs:
+            span = self.max_span  # a warmed graph (whole span) serves any reused prefix
         pad = kb - rows
         flat: list[int] = []
         for r in ids:
@@ -280,11 +318,82 @@ class StepGraphs:
         self.device_seconds += timer.seconds()
         return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
 
+    # --- warm-up ------------------------------------------------------------------------------
+
+    def warm_up(self, params: Sequence[SamplingParams], *, verify: bool = True) -> int:
+        """Build every step shape of ``params``' sampling flags now, largest first (see the module doc).
+
+        Must run while no sequence holds a cache row: each shape runs once on placeholder inputs
+        (on a GPU, its capture runs it), writing keys and values into rows that nothing reads.
+        The step counters are left as they were; the time goes to :attr:`warm_up_seconds`.
+
+        Args:
+            params: Sampling parameters the engine will run (e.g. the rollout's); one set of shapes
+                per distinct sampling flags. Flags warmed before are skipped.
+            verify: Build the verify shapes too (an engine that speculates).
+
+        Returns:
+            Shapes built.
+        """
+        start = time.perf_counter()
+        captured, prefill_captured = self.capture_seconds, self.prefill_capture_seconds
+        before = (self.replays, self.eager_steps, self.prefills, self.device_seconds)
+        vocab = self.model.config.vocab_size
+        built = len(self._graphs)
+        for p in params:
+            flags = sampling_flags([p], vocab)
+            if flags in self._warm:
+                continue
+            for kind, rows, width, span in self.warm_shape_list(verify=verify):
+                if kind == "step":
+                    self._warm_step(rows, width, span, p)
+                else:
+                    self._warm_prefill(rows, width, p)
+            self._warm.add(flags)
+        self.replays, self.eager_steps, self.prefills, self.device_seconds = before
+        new = len(self._graphs) - built
+        self.warm_shapes += new
+        self.warm_up_capture_seconds += self.capture_seconds - captured
+        self.warm_up_prefill_capture_seconds += self.prefill_capture_seconds - prefill_captured
+        self.warm_up_seconds += time.perf_counter() - start
+        return new
+
+    def warm_shape_list(self, *, verify: bool = True) -> list[tuple[str, int, int, int]]:
+        """The shapes :meth:`warm_up` builds per sampling flags: ``(kind, rows, width, span)``, largest first.
+
+        Steps: every row bucket, width 1 (and the verify width), every power-of-two span of the
+        cache (the last span, past the largest power of two, is left to the eager path: only rows
+        within a tree's width of the full context reach it). Prefills: every row and new-token
+        bucket of at most :data:`WARM_PREFILL_TOKENS` padded tokens, over the whole span.
+        """
+        row_buckets = [1 << k for k in range(self.max_rows.bit_length()) if 1 << k <= self.max_rows]
+        spans = [s for s in (MIN_SPAN << k for k in range(32)) if s <= self.max_span] or [self.max_span]
+        widths = [1, self.max_width] if verify and self.max_width > 1 else [1]
+        shapes = [("step", b, w, s) for b in row_buckets for w in widths for s in spans if w <= s]
+        tbs = [t for t in (MIN_PREFILL << k for k in range(16)) if t <= min(MAX_PREFILL, self.max_span)]
+        prefills = [(k, t) for k in row_buckets for t in tbs if k * t <= WARM_PREFILL_TOKENS]
+        shapes += [("prefill", k, t, self.max_span) for k, t in prefills]
+        return sorted(shapes, key=lambda s: (-s[1] * s[2] * s[3], s))
+
+    def _warm_step(self, rows: int, width: int, span: int, p: SamplingParams) -> None:
+        """Run one decode or verify step of shape ``(rows, width, span)`` on placeholder inputs."""
+        chain = [-1, *range(width - 1)] if width > 1 else None
+        uniforms = [[0.5] * width] * rows if p.temperature > 0 else None
+        prefix = [span - width] * rows  # so the step's span bucket is `span`
+        self.run([[0] * width] * rows, prefix, [chain] * rows if chain else None, uniforms, [p] * rows)
+
+    def _warm_prefill(self, rows: int, width: int, p: SamplingParams) -> None:
+        """Run one prefill of ``rows`` rows x ``width`` new tokens (whole span) on placeholder inputs."""
+        uniforms = [0.5] * rows if p.temperature > 0 else None
+        self.prefill([[0] * width] * rows, [0] * rows, 0, uniforms, [p] * rows, whole_span=True)
+
     def _launch(self, key: _Key) -> tuple[torch.Tensor, bool]:
         """Run the step of ``key`` on the inputs just filled: its output, and whether it was a replay."""
         entry = self._graphs.get(key)
         if entry is None:
-            entry = self._graphs[key] = self._build(key)
+            warmed = key[-1] in self._warm
+            self.unwarmed_shapes += warmed
+            entry = self._graphs[key] = self._build(key, capture=self.capture and not warmed)
         if entry.graph is not None:
             entry.graph.replay()
             assert entry.out is not None
@@ -372,12 +481,12 @@ class StepGraphs:
 
     # --- shapes -------------------------------------------------------------------------------
 
-    def _build(self, key: _Key) -> _Graph:
-        """The step of one shape: captured as a graph if possible, else run eagerly."""
+    def _build(self, key: _Key, *, capture: bool) -> _Graph:
+        """The step of one shape: captured as a graph if ``capture`` (and it works), else eager."""
         kind, bb, tb, span, flags = key
         body = tree_step if kind == "step" else prefill_step
         run = body(self.model, self.cache, self._ints, self._floats, bb, tb, span, flags)
-        if not self.capture:
+        if not capture:
             return _Graph(run)
         start = time.perf_counter()
         try:

@@ -21,14 +21,14 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from srt_agent.contracts.draft import DraftSourceProtocol
-from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
+from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams, check_room
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.batching import Detokenizer, Scheduler, SequenceState
 from srt_agent.engine.hf_checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
@@ -71,6 +71,14 @@ class EngineStats:
             failed capture).
         static_prefills: Prefills run as static-shape steps (graph replays on a GPU).
         graph_error: Why capturing was turned off, if a capture failed.
+        warm_up_seconds: Spent in :meth:`TorchEngine.warm_up` (building every step shape before
+            the first request; its captures are inside ``graph_capture_seconds`` too).
+        warm_up_capture_seconds: Of ``graph_capture_seconds``, the captures made by warm-up (so
+            ``graph_capture_seconds - warm_up_capture_seconds`` was captured mid-run).
+        warm_up_prefill_capture_seconds: Of ``warm_up_capture_seconds``, the prefill shapes'.
+        warm_shapes: Step shapes built by warm-up.
+        unwarmed_shapes: Shapes of warmed sampling flags met after warm-up (run eagerly, never
+            captured mid-run): 0 when warm-up covered everything the run needed.
     """
 
     decode_steps: int
@@ -89,6 +97,11 @@ class EngineStats:
     static_eager_steps: int = 0
     static_prefills: int = 0
     graph_error: str | None = None
+    warm_up_seconds: float = 0.0
+    warm_up_capture_seconds: float = 0.0
+    warm_up_prefill_capture_seconds: float = 0.0
+    warm_shapes: int = 0
+    unwarmed_shapes: int = 0
 
 
 def default_dtype(device: torch.device | str) -> torch.dtype:
@@ -250,10 +263,10 @@ class TorchEngine:
 
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters (approximate while the worker is stepping)."""
-        sch, graphs = self._scheduler, self.graphs
+        sch = self._scheduler
         with self._lock:
             in_flight = len(self._inflight)
-        return EngineStats(
+        counts = EngineStats(
             decode_steps=sch.decode_steps,
             prefill_forwards=sch.prefill_forwards,
             peak_batch=sch.peak_batch,
@@ -263,13 +276,24 @@ class TorchEngine:
             in_flight=in_flight,
             prefix_hits=sch.prefix.hits,
             prefix_tokens_reused=sch.prefix.reused_tokens,
-            graph_shapes=graphs.captures if graphs is not None else 0,
-            graph_replays=graphs.replays if graphs is not None else 0,
-            graph_capture_seconds=graphs.capture_seconds if graphs is not None else 0.0,
-            prefill_capture_seconds=graphs.prefill_capture_seconds if graphs is not None else 0.0,
-            static_eager_steps=graphs.eager_steps if graphs is not None else 0,
-            static_prefills=graphs.prefills if graphs is not None else 0,
-            graph_error=graphs.capture_error if graphs is not None else None,
+        )
+        g = self.graphs
+        if g is None:
+            return counts
+        return replace(
+            counts,
+            graph_shapes=g.captures,
+            graph_replays=g.replays,
+            graph_capture_seconds=g.capture_seconds,
+            prefill_capture_seconds=g.prefill_capture_seconds,
+            static_eager_steps=g.eager_steps,
+            static_prefills=g.prefills,
+            graph_error=g.capture_error,
+            warm_up_seconds=g.warm_up_seconds,
+            warm_up_capture_seconds=g.warm_up_capture_seconds,
+            warm_up_prefill_capture_seconds=g.warm_up_prefill_capture_seconds,
+            warm_shapes=g.warm_shapes,
+            unwarmed_shapes=g.unwarmed_shapes,
         )
 
     def spec_stats(self, reset: bool = False) -> SpecStats:
@@ -326,6 +350,42 @@ class TorchEngine:
         """
         self._check_length(request)
         return await asyncio.wrap_future(self._submit(request))
+
+    def warm_up(self, params: Sequence[SamplingParams]) -> float:
+        """Build (on a GPU: capture) every static step shape the engine will run, before any request.
+
+        Every decode, verify and launch-bound prefill shape for the sampling flags of ``params``
+        (usually the rollout's one set), largest first, so that no graph is captured inside a
+        rollout (see :mod:`srt_agent.engine.step_graphs`). A no-op without static steps (a CPU).
+
+        Args:
+            params: The sampling parameters requests will use (only their flags matter: greedy,
+                temperature 1 or not, top-k/top-p filtering).
+
+        Returns:
+            Seconds it took (0.0 without static steps).
+
+        Raises:
+            RuntimeError: Requests are running (warm-up writes placeholder keys and values into
+                free cache rows), or the engine is closed.
+        """
+        graphs = self.graphs
+        if graphs is None:
+            return 0.0
+        scheduler = self._scheduler
+        verify = scheduler.speculator is not None and self.spec.enabled
+
+        def run() -> float:
+            if scheduler.has_work():
+                raise RuntimeError("warm_up runs before requests are submitted (rows are in use)")
+            before = graphs.warm_up_seconds
+            with torch.inference_mode():
+                graphs.warm_up(params, verify=verify)
+            return graphs.warm_up_seconds - before
+
+        seconds = self._call(run)
+        log.info("engine warm-up: %d step shapes in %.2f s", graphs.warm_shapes, seconds)
+        return seconds
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load new policy weights (HF names, any subset) between two decode steps.

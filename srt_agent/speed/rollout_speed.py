@@ -216,6 +216,7 @@ class _Arm:
     scheduler: RolloutScheduler
     rounds: int
     env_ids: dict[str, str]  # base env id -> the id rolled out (a latency wrapper for some)
+    start_s: float = 0.0  # building the engine (model load, warm-up) and the untimed first generation
     results: list[RoundResult] = field(default_factory=list)
 
 
@@ -252,6 +253,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
         seed=config.seed,
     )
     engine: Engine
+    start = time.perf_counter()
     if name in HF_CONFIGS:  # the peers: HF's own generation, wired by hand (not TorchEngine)
         if name == "prompt_lookup":  # HF supports prompt lookup only at batch size 1
             engine = HFEngine(config.model_dir, prompt_lookup=10, device=config.device)
@@ -287,7 +289,7 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
     env_ids = {e: register_latency_env(e, config.latency_s) if latency else e for e in config.envs}
     rounds = min(config.hf_rounds, config.rounds) if name in HF_CONFIGS else config.rounds
     _warm_up(engine, fmt)
-    return _Arm(name, engine, scheduler, rounds, env_ids)
+    return _Arm(name, engine, scheduler, rounds, env_ids, start_s=time.perf_counter() - start)
 
 
 def _warm_up(engine: Engine, fmt: ChatFormat) -> None:
@@ -311,10 +313,14 @@ def run_rollout_bench(
     Args:
         config: What to run.
         on_round: Called with each batch's result as it completes (progress output).
-        engine_figures: If given, receives each TorchEngine configuration's static-step figures
-            at the end: ``<config>_graph_shapes``, ``<config>_graph_replays``,
-            ``<config>_graph_capture_s`` (inside the step and prefill times),
-            ``<config>_prefill_capture_s`` (the prefill shapes' share of it),
+        engine_figures: If given, receives each configuration's ``<config>_engine_start_s`` (model
+            load, warm-up and the untimed first generation: outside every ``wall_s``) and each
+            TorchEngine configuration's static-step figures at the end: ``<config>_graph_shapes``,
+            ``<config>_graph_replays``, ``<config>_graph_capture_s`` (captured mid-run: inside the
+            step and prefill times, so inside ``wall_s``), ``<config>_prefill_capture_s`` (the
+            prefill shapes' share of it), ``<config>_warm_up_s`` and ``<config>_warm_up_capture_s``
+            (every shape captured at start-up, outside ``wall_s``), ``<config>_warm_shapes``,
+            ``<config>_unwarmed_shapes`` (shapes met after warm-up that it had not built),
             ``<config>_static_eager_steps``, ``<config>_static_prefills``, ``<config>_decode_steps``
             and, if a capture failed,
             ``<config>_graph_error``.
@@ -369,14 +375,22 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
     """A TorchEngine arm's static-step counters (none for HF peers and servers)."""
     from srt_agent.engine.torch_engine import TorchEngine
 
+    start: dict[str, float | int | str] = {f"{arm.name}_engine_start_s": round(arm.start_s, 3)}
     if not isinstance(arm.engine, TorchEngine):
-        return {}
+        return start
     stats = arm.engine.stats()
+    midrun = stats.graph_capture_seconds - stats.warm_up_capture_seconds
+    midrun_prefill = stats.prefill_capture_seconds - stats.warm_up_prefill_capture_seconds
     out: dict[str, float | int | str] = {
+        **start,
         f"{arm.name}_graph_shapes": stats.graph_shapes,
         f"{arm.name}_graph_replays": stats.graph_replays,
-        f"{arm.name}_graph_capture_s": round(stats.graph_capture_seconds, 3),
-        f"{arm.name}_prefill_capture_s": round(stats.prefill_capture_seconds, 3),
+        f"{arm.name}_graph_capture_s": round(midrun, 3),
+        f"{arm.name}_prefill_capture_s": round(midrun_prefill, 3),
+        f"{arm.name}_warm_up_s": round(stats.warm_up_seconds, 3),
+        f"{arm.name}_warm_up_capture_s": round(stats.warm_up_capture_seconds, 3),
+        f"{arm.name}_warm_shapes": stats.warm_shapes,
+        f"{arm.name}_unwarmed_shapes": stats.unwarmed_shapes,
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
         f"{arm.name}_static_prefills": stats.static_prefills,
         f"{arm.name}_decode_steps": stats.decode_steps,

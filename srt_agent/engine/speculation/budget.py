@@ -37,6 +37,13 @@ Each step the model maximises expected emitted tokens per second over the verify
   to 16x); a group whose rows accepted enough to pay their share of the step resets it; a step
   probes when the interval of any group among its rows is due.
 
+* **A fixed verify width** (static steps, CUDA graphs): every verify step is padded to one width
+  (:attr:`CostModel.fixed_width`), so it costs the same however few nodes it verifies. Steps are
+  then timed and predicted at that width: the choice is between plain decoding and verifying the
+  best nodes up to it, and a batch too large for ``max_batch_tokens`` at that width decodes
+  plainly (the batch-size threshold of speculation, as SGLang's
+  ``--speculative-batch-size-threshold``).
+
 Useless drafts thus cost the probes, a few verify steps of learning after startup, and a little
 bookkeeping per step; this keeps speculation within a few percent of plain decoding. What the
 model does not capture: forward time is taken as linear in the padded token count (attention's
@@ -119,6 +126,8 @@ class CostModel:
 
     def __init__(self, config: SpecConfig) -> None:
         self.config = config
+        # Tree positions every verify step is padded to (static steps); None: each step's own width.
+        self.fixed_width: int | None = None
         self.time = ForwardTime()  # plain decode steps: seconds vs rows
         # Verify steps: seconds over a plain step of the same rows, vs draft tokens. Fitting the
         # extra, not the whole step, keeps it valid when the plain step's cost moves (longer
@@ -151,7 +160,10 @@ class CostModel:
         self.verify_extra.set_prior([(0, 0.0), (64, 64 * per_token)])
 
     def observe_step(self, batch: int, width: int, seconds: float) -> None:
-        """Add a measured decode step of ``batch`` rows, ``width`` tokens each (1: plain decoding)."""
+        """Add a measured decode step of ``batch`` rows, ``width`` tokens each (1: plain decoding).
+
+        ``width`` is what the forward ran, padding included.
+        """
         if width <= 1:
             self.time.observe(batch, seconds)
         else:
@@ -162,14 +174,23 @@ class CostModel:
         plain = self.time.predict(batch)
         if width <= 1:
             return plain
+        if self.fixed_width is not None:  # padded: every verify step costs the full width
+            width = self.fixed_width
         drafted = batch * (width - 1)
         if self.verify_extra.observed:
             return plain + self.verify_extra.predict(drafted)
         return plain + self.time.coefficients()[1] * drafted
 
     def max_width(self, batch: int) -> int:
-        """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows."""
-        return max(1, min(1 + self.config.max_draft_tokens, self.config.max_batch_tokens // max(batch, 1)))
+        """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows.
+
+        With a fixed width: that width, or 1 (no drafts) when ``batch`` rows of it exceed
+        ``max_batch_tokens``.
+        """
+        limit = self.config.max_batch_tokens // max(batch, 1)
+        if self.fixed_width is not None:
+            return self.fixed_width if self.fixed_width <= limit else 1
+        return max(1, min(1 + self.config.max_draft_tokens, limit))
 
     def ask(self, caps: Sequence[int], groups: Sequence[str] | None = None) -> list[int]:
         """How many draft tokens to ask the draft source for, per row (0: do not ask).

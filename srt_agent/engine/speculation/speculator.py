@@ -142,6 +142,9 @@ class Speculator:
         self.config = config
         self.counters = counters
         self.cost = CostModel(config)
+        if graphs is not None and graphs.fits(1, 1 + config.max_draft_tokens):
+            self.cost.fixed_width = graphs.max_width  # static verify steps are padded to it
+        self.last_width = 1  # tree positions per row of the last verify forward, padding included
         if config.enabled and config.adaptive:
             # Once, at construction (not inside a generation): the cost model's prior.
             self.cost.set_prior(self._calibrate())
@@ -300,6 +303,7 @@ class Speculator:
             )
             forwarded = time.perf_counter()  # one static step: forward and draws together
             verdicts, logprob_rows = _walk_drawn(drafts, draws.tokens, draws.logprobs)
+            self.last_width = self.graphs.max_width
         else:
             walks = [TreeWalk(d.token_ids, d.parents) for d in drafts]
             hidden = self._tree_forward(rows, drafts, parents, width)
@@ -309,6 +313,7 @@ class Speculator:
                 _DrawInputs(hidden, width, walks, params, table if sampled else None, parents)
             )
             verdicts = [walk.verdict() for walk in walks]
+            self.last_width = width
         emitted: list[Emitted] = []
         accepted: list[tuple[int, ...]] = []
         verified: list[tuple[str, int, int, int]] = []
