@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Every GPU check in one go, most important first, each under a time limit taken from one budget:
 #   1. build the gpu preset (background) while the CUDA tests run (`pytest -m gpu` + static steps);
-#   2. bench rollout, default workload (8 tasks x 4 samples per env, batch 32): off, eager, srt, useless;
-#   3. perfect and useless drafts against plain decoding on the same model (spec_engine_micro.py):
-#      what one verify step costs against one decode step;
+#   2. bench rollout, default workload (8 tasks x 4 samples per env, batch 32): off, eager, srt, useless
+#      (its JSON has each configuration's start-up capture apart: engine_start_s, warm_up_capture_s,
+#      and what was still captured mid-run: graph_capture_s, unwarmed_shapes);
+#   3. perfect and useless drafts against plain decoding on the same model (spec_engine_micro.py) at
+#      batch 1, 32 and 128: what one verify step costs against one decode step, host and device;
 #   4. GRPO training on the GPU (configs/gpu.yaml);
-#   5. bench rollout at an RL batch (16 x 8 per env, batch 128): off, srt;
-#   6. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager).
+#   5. bench rollout at an RL batch (16 x 8 per env, batch 128, configs/gpu.yaml's spec): off, srt;
+#   6. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager);
+#   7. build the gpu-0.5b preset (Qwen2.5-0.5B's shape, bfloat16 SFT) and bench rollout on it: off, srt.
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
 # Usage, from the repository root of a CUDA machine with srt-agent importable:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]
 # Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.
-# Writes OUT_DIR/log.txt (every stage's output) and OUT_DIR/{build,bench32,micro,train,bench128,engine}.json.
+# Writes OUT_DIR/log.txt (every stage's output) and
+# OUT_DIR/{build,bench32,micro,train,bench128,engine,build05,bench05}.json.
 # STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
 # BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
 # for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ..."); NATIVE_BUILD=0
@@ -25,7 +29,7 @@ train_time=${4:-120}
 device=${DEVICE:-cuda}
 model=${MODEL:-runs/gpu-model}
 py=${PYTHON:-python3}
-stages=" ${STAGES:-tests bench32 micro train bench128 engine} "
+stages=" ${STAGES:-tests bench32 micro train bench128 engine big} "
 read -r -a test_args <<<"${TESTS:-}"
 shape=${SHAPE:-qwen2.5-0.5b}
 # Extra arguments of every bench rollout (a dry run shrinks the workload with them).
@@ -94,12 +98,20 @@ fi
 stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" \
     --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
 stage micro 90 env PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/spec_engine_micro.py --model "$model" --device "$device" \
-    --batch-sizes 1 32 --new-tokens 128 --repeats 2 --profile "$out/profile" --json "$out/micro.json"
+    --batch-sizes 1 32 128 --new-tokens 128 --repeats 2 --profile "$out/profile" --json "$out/micro.json"
 stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \
     "trainer.steps=$train_steps" "trainer.time_limit_s=$train_time" trainer.out_dir=runs/gpu-check-train \
     "${train_args[@]}" --json "$out/train.json"
 stage bench128 100 "${cli[@]}" bench rollout --model "$model" --device "$device" \
-    --prompts 16 --samples 8 --batch 128 --rounds "${BENCH128_ROUNDS:-3}" --configs off,srt --json "$out/bench128.json" "${bench_args[@]}"
+    --prompts 16 --samples 8 --batch 128 --rounds "${BENCH128_ROUNDS:-3}" --configs off,srt --config configs/gpu.yaml \
+    --json "$out/bench128.json" "${bench_args[@]}"
 stage engine 70 "${cli[@]}" bench engine --shape "$shape" --device "$device" --batch-sizes 1,64 \
     --no-hf --json "$out/engine.json"
+# The realistic-size policy: its build (timed, with its SFT rate) and SRT's ratio on it.
+big=${BIG_MODEL:-runs/gpu-0.5b-model}
+if [[ -z ${BIG_MODEL:-} ]]; then
+    stage big 280 "${cli[@]}" build-model --preset "${BIG_PRESET:-gpu-0.5b}" --out "$big" --force --json "$out/build05.json"
+fi
+stage big 150 "${cli[@]}" bench rollout --model "$big" --device "$device" --configs off,srt \
+    --rounds "${BIG_ROUNDS:-3}" --json "$out/bench05.json" "${bench_args[@]}"
 echo "gpu_check done in $(($(date +%s) - start))s" | tee -a "$log"

@@ -23,7 +23,9 @@ Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda
 ``--model DIR`` measures that checkpoint instead of the random one (prompts stay random tokens).
 JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` with ``key`` one of
 ``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
-``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, and with static steps (``--static``, always on a
+``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, ``step_cost_vs_off`` (one of its steps in plain
+decode steps, host and device: tokens per forward / wall speed-up; ``perfect``'s is the verify
+step's price at the full draft width), and with static steps (``--static``, always on a
 GPU) ``host_us_per_token``: the engine's step time less the device's (launches and waits), per
 generated token, i.e. the host's Python work; with ``--profile DIR``, ``{off,perfect}_device_ms_per_step``
 (kernel time per decode/verify step, from torch.profiler; tables in DIR) and ``_steps``; and the
@@ -280,6 +282,10 @@ def run(
                         record[f"{name}_{kind}_vs_off_b{b}"] = round(
                             median / statistics.median(values["off"]), 3
                         )
+                    # What one of its steps costs in plain decode steps (host and device, by wall
+                    # clock): its tokens per forward over its speed-up.
+                    speedup = statistics.median(rates[name]) / statistics.median(rates["off"])
+                    record[f"{name}_step_cost_vs_off_b{b}"] = round(per_forward[name] / speedup, 3)
             finally:
                 for eng in engines.values():
                     eng.close()

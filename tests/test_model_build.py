@@ -61,6 +61,10 @@ def test_build_metadata_records_the_figures(tiny_dir: Path) -> None:
     assert meta["seq_len"]["srt/Retail-v0"]["max"] <= meta["context"]
     assert {"torch", "transformers", "tokenizers", "srt_agent"} <= set(meta["versions"])
     assert meta["seconds"] > 0 and meta["final_loss"] > 0
+    assert 0 < meta["sft_seconds"] < meta["seconds"]
+    assert meta["sft_tflops"] == pytest.approx(
+        6 * meta["params"] * meta["tokens_trained"] / meta["sft_seconds"] / 1e12, rel=0.05
+    )
 
 
 def test_refusal_force_determinism_and_rebuild(tiny_dir: Path, tmp_path: Path) -> None:
@@ -180,6 +184,25 @@ def test_presets_match_the_run_config_choices() -> None:
     assert {s.label for s in preset_config("tool-choice").demos} >= {"srt/Calculator-v0/mental"}
     with pytest.raises(ValueError, match="unknown build preset 'big'; choose from embedded, tool-choice"):
         preset_config("big")
+
+
+def test_the_gpu_05b_preset_has_qwen25_05b_shape_and_builds_with_grouped_query_attention(
+    tmp_path: Path,
+) -> None:
+    big = preset_config("gpu-0.5b")
+    shape = (big.hidden_size, big.num_layers, big.num_heads, big.num_kv_heads, big.intermediate_size)
+    assert shape == (896, 24, 14, 2, 4864) and big.sft.bf16 and big.sft.device == "cuda"
+    # The same preset shrunk to run here: 4 query heads over 2 key/value heads, loaded by the engine.
+    small = BuildConfig(**{**TINY.__dict__, "num_heads": 4, "num_kv_heads": 2})
+    build_model(tmp_path / "gqa", seed=0, config=small, show_progress=False)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "gqa")
+    assert model.config.num_key_value_heads == 2 and model.config.num_attention_heads == 4
+    from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+    from srt_agent.engine.torch_engine import TorchEngine
+
+    with TorchEngine(tmp_path / "gqa", max_batch_size=2) as engine:
+        out = engine.generate([GenerationRequest("q", (5, 6, 7), SamplingParams(seed=0, max_new_tokens=4))])
+    assert len(out[0].token_ids) >= 1 and engine.config.num_kv_heads == 2
 
 
 @pytest.mark.slow

@@ -104,7 +104,8 @@ class BuildConfig:
         vocab_size: BPE vocabulary size (the four tag tokens come on top).
         hidden_size: Model width.
         num_layers: Transformer blocks.
-        num_heads: Attention heads (no grouped-query attention at this size).
+        num_heads: Attention heads.
+        num_kv_heads: Key/value heads (grouped-query attention); ``None``: ``num_heads`` (none).
         intermediate_size: MLP width (~2.7x hidden, the Llama ratio).
         context: ``max_position_embeddings``; the longest Retail demos take ~2.1k tokens, and RL
             rollouts may run longer than the oracle's.
@@ -121,6 +122,7 @@ class BuildConfig:
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 4
+    num_kv_heads: int | None = None
     intermediate_size: int = 256
     context: int = 4096
     number_weight: float = 6.0
@@ -159,6 +161,20 @@ PRESETS: dict[str, BuildConfig] = {
         sft=SFTConfig(steps=1200, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
         threads=min(16, os.cpu_count() or 2),
     ),
+    "gpu-0.5b": BuildConfig(
+        demos=TOOL_CHOICE_DEMOS,
+        vocab_size=2048,
+        # Qwen2.5-0.5B's shape (896 wide, 24 layers, 14 query and 2 key/value heads, 4864 MLP)
+        # with the project's tokenizer: a policy of the size real users train.
+        hidden_size=896,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        intermediate_size=4864,
+        # ~9.8M tokens in bfloat16 autocast: ~3e16 FLOPs, under 4 minutes above ~130 TFLOP/s.
+        sft=SFTConfig(steps=600, batch_tokens=16384, lr=3e-4, warmup_steps=60, device="cuda", bf16=True),
+        threads=min(16, os.cpu_count() or 2),
+    ),
 }
 """Named builds. ``embedded`` is the default model. ``tool-choice`` is warm-started by two
 demonstrators on Calculator, one that calls the calculator for every step and one that does the
@@ -168,7 +184,9 @@ the RL quickstart trains this one. ``reasoning-gym`` is the same lesson on
 reasoning-gym's ``basic_arithmetic`` alone (it needs the ``reasoning-gym`` extra to build):
 ``configs/reasoning_gym.yaml`` trains it. ``gpu`` is the same lesson at GPU size: ~87M parameters (768
 wide, 12 layers), 1,200 SFT steps of 12k tokens on a CUDA device (~2 minutes on one H100), the
-model whose GPU steps show what speculation does there (the embedded one is all host time on a GPU)."""
+model whose GPU steps show what speculation does there (the embedded one is all host time on a GPU).
+``gpu-0.5b`` is the same lesson at Qwen2.5-0.5B's shape (~0.4B parameters with this vocabulary),
+trained in bfloat16 autocast: where SRT's ratio goes as the policy grows."""
 
 
 def preset_config(name: str) -> BuildConfig:
@@ -200,6 +218,9 @@ class BuildReport:
         final_loss: Mean SFT loss over the last 10% of steps.
         seconds: Wall-clock time of the whole build.
         versions: Library versions used.
+        sft_seconds: Wall-clock time of the SFT loop.
+        sft_tflops: Its training rate, ``6 * params * tokens_trained / sft_seconds`` in TFLOP/s
+            (attention's own FLOPs left out): divided by the device's peak, its MFU.
     """
 
     out_dir: str
@@ -215,6 +236,8 @@ class BuildReport:
     final_loss: float
     seconds: float
     versions: dict[str, str]
+    sft_seconds: float = 0.0
+    sft_tflops: float = 0.0
 
 
 def is_model_dir(path: str | Path) -> bool:
@@ -295,7 +318,7 @@ def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> Lla
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads or cfg.num_heads,
         max_position_embeddings=cfg.context,
         tie_word_embeddings=True,  # the embedding is a large share of so small a model
         bos_token_id=None,  # ChatML needs no BOS: every sequence starts with <|im_start|>
@@ -396,6 +419,8 @@ def build_model(
         final_loss=round(stats.final_loss, 4),
         seconds=0.0,
         versions=_versions(),
+        sft_seconds=round(stats.seconds, 3),
+        sft_tflops=float(f"{6 * params * stats.tokens / max(stats.seconds, 1e-9) / 1e12:.4g}"),
     )
     _save(out, model, tok, report, t0)
     report = _read_report(out)

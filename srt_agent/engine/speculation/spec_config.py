@@ -28,7 +28,10 @@ class SpecConfig(BaseModel):
     max_batch_tokens: int = Field(
         default=1024,
         ge=1,
-        description="Most tokens in one verify forward, padding included: batch * (1 + drafted per row).",
+        description="Most tokens in one verify forward, padding included: batch * (1 + drafted per row). "
+        "With static steps (CUDA graphs) every verify step is padded to 1 + max_draft_tokens per row, so "
+        "this is also the batch-size threshold of speculation: above max_batch_tokens // (1 + "
+        "max_draft_tokens) running rows the engine decodes plainly.",
     )
     adaptive: bool = Field(
         default=True,
