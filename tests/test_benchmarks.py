@@ -33,6 +33,7 @@ SMOKE: dict[str, str] = {
     "rollout.max_new_tokens=16 --batches 3",
     "native_micro.py": "--rows 4 --repeats 1",
     "ray_replicas.py": "--model {model} --prompts 1 --samples 2 --rounds 2",
+    "serve_load.py": "--model {model} --clients 1 4 --seconds 1",
     "sglang_corpus.py": "--requests 4 --steps 5",
     "spec_engine_micro.py": "--batch-sizes 1 --new-tokens 8 --repeats 1 --model {model}",
     "tree_cache_micro.py": "--states 4 --group 2 --length 160 --reps 20 --rows 4",

@@ -183,6 +183,11 @@ def test_one_grpo_step_of_openrlhf_against_serve(
         assert len(samples) == N_PROMPTS * N_SAMPLES
         assert len({tuple(e.sequences[0].tolist()) for e in samples}) == len(samples)  # sampled apart
         assert all(e.rollout_log_probs is not None and e.rewards is not None for e in samples)
+        # The rollout server drafted from its tree cache (a prompt's samples draft from each other)
+        # and accepted drafted tokens: fewer forwards than tokens.
+        info = ray.get(engines[0].server_info.remote())
+        assert info["speculative_algorithm"] == "SRT" and info["nodes_accepted"] > 0, info
+        assert info["row_steps"] < info["tokens"], info
 
         # 3. The experience maker: learner log-probs, GRPO advantages.
         maker = RemoteExperienceMaker(

@@ -18,6 +18,7 @@ from train_fixtures import save_tiny_policy, tiny_config
 
 from srt_agent.contracts.generation import GenerationRequest, PromptTooLongError, SamplingParams
 from srt_agent.engine.hf_checkpoint import read_state_dict
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.evaluation import run_eval
 from srt_agent.runtime import build_engine
 from srt_agent.serving import EngineConfig, EngineConnectionError, EngineServer, SGLangEngine
@@ -59,9 +60,29 @@ def test_client_outputs_equal_the_in_process_engine(client: SGLangEngine, model_
     for g, w in zip(got, want, strict=True):
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
         assert g.finish_reason == w.finish_reason == "length" and len(g.token_ids) == 12
-        assert 1 <= g.forward_passes <= 12
     stats = client.spec_stats(reset=True)
     assert stats.tokens == 48 and stats.row_steps == sum(o.forward_passes for o in got)
+
+
+def test_serve_with_srt_accepts_drafts_on_a_repeated_prompt(model_dir: Path) -> None:
+    """The second time a prompt is sent, the server's tree cache drafts what the policy generated
+    the first time: accepted, so the request takes fewer forwards than it has tokens."""
+    engine = build_engine(
+        model_dir, max_batch_size=4, draft_source=TreeCache(), spec=SpecConfig(adaptive=False), seed=0
+    )
+    params = SamplingParams(temperature=0.0, max_new_tokens=12)
+    with (
+        EngineServer(engine, model_dir, port=0, speculative=True).start() as srv,
+        SGLangEngine(srv.url, max_context=2048, model_dir=model_dir) as c,
+    ):
+        first = c.generate([GenerationRequest("p0", (5, 6, 9), params)])[0]
+        again = c.generate([GenerationRequest("p1", (5, 6, 9), params)])[0]
+        info = httpx.get(f"{srv.url}/server_info").json()
+    assert again.token_ids == first.token_ids and len(again.token_ids) == 12
+    assert first.forward_passes == 12  # nothing to draft from yet: one forward per token
+    assert again.forward_passes < len(again.token_ids)  # drafted tokens accepted
+    assert info["nodes_accepted"] >= len(again.token_ids) - again.forward_passes > 0
+    assert info["row_steps"] < info["tokens"]
 
 
 def test_stop_tokens_greedy_and_concurrent_agenerate(client: SGLangEngine) -> None:

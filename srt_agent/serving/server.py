@@ -290,6 +290,9 @@ class EngineServer:
             "uptime_s": round(time.time() - self.started, 3),
             "tokens": stats.tokens,
             "row_steps": stats.row_steps,
+            "verify_forwards": stats.verify_forwards,
+            "nodes_drafted": stats.nodes_drafted,
+            "nodes_accepted": stats.nodes_accepted,
         }
 
     def _update_from_disk(self, body: Any) -> tuple[HTTPStatus, Any]:

@@ -301,6 +301,10 @@ class SGLangRolloutEngine:
             await asyncio.to_thread(self.client.resume_memory_occupation, resume)
             self.released.difference_update(resume)
 
+    async def server_info(self) -> dict[str, Any]:
+        """The rollout server's ``/server_info`` (srt-agent's: tokens, forwards, drafted, accepted)."""
+        return await asyncio.to_thread(self.client.server_info)
+
     # ------------------------------------------------------------------ generation
     def get_num_unfinished_requests(self) -> int:
         """Requests in flight (OpenRLHF balances prompts over engines by this)."""
