@@ -113,6 +113,7 @@ def test_a_body_over_the_cap_is_refused_unread(server: EngineServer) -> None:
         (b"Content-Length: -5\r\n", b"400"),
         (b"Content-Length: 12abc\r\n", b"400"),
         (b"Transfer-Encoding: chunked\r\n", b"411"),
+        (b"", b"411"),  # a POST without Content-Length
     ],
 )
 def test_bad_lengths_get_a_client_error(server: EngineServer, headers: bytes, status: bytes) -> None:
@@ -124,8 +125,9 @@ def test_connections_beyond_the_cap_get_503_and_the_others_go_on(server: EngineS
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
     idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
     try:
-        time.sleep(0.2)  # each has its thread now, holding a slot
+        time.sleep(0.2)  # the server has accepted them: 4 of its 4 connections are open
         with socket.create_connection((host, int(port)), timeout=10) as extra:
+            extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert extra.recv(200).startswith(b"HTTP/1.1 503")
     finally:
         for s in idle:
@@ -152,3 +154,79 @@ def test_sampling_params_refuse_non_finite_temperatures(bad: float) -> None:
 def test_server_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="max_body_bytes"):
         EngineServer(None, Path("."), port=0, max_body_bytes=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        EngineServer(None, Path("."), port=0, request_timeout_s=0)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServer]:
+    """A server with the default connection cap and short deadlines (so the tests wait seconds)."""
+    model_dir = save_tiny_policy(tmp_path_factory.mktemp("tiny-llama"))
+    engine = build_engine(model_dir, max_batch_size=4, seed=0)
+    with EngineServer(engine, model_dir, port=0, request_timeout_s=2.0, keep_alive_s=1).start() as srv:
+        yield srv
+
+
+def _until_closed(s: socket.socket) -> bytes:
+    chunks = []
+    while chunk := s.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _connect(server: EngineServer) -> socket.socket:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_300_slow_clients_do_not_stop_a_well_behaved_one(patient: EngineServer) -> None:
+    """Slowloris: 300 connections each trickling a request (a byte, then silence) cost the
+    server sockets, not threads; a normal client is served at once, and the deadline drops them."""
+    slow = [_connect(patient) for _ in range(300)]
+    try:
+        for s in slow:
+            s.sendall(b"P")  # the first byte of "POST /generate ...", and no more for 10 s
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert _healthy(patient)
+        assert time.monotonic() - started < 2.0
+        # The whole-request deadline (2 s here) answers each slow client 408 and disconnects it.
+        time.sleep(2.5)
+        answers = [_until_closed(s) for s in slow[:5]]  # the answer, then the server closes
+        assert all(a.startswith(b"HTTP/1.1 408") and b"did not arrive whole" in a for a in answers), answers
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_a_request_trickled_past_its_deadline_is_answered_408(patient: EngineServer) -> None:
+    body = b'{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}}'
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with _connect(patient) as s:
+        s.sendall(head + body[:10])  # the headers at once, the body never completed
+        started = time.monotonic()
+        answer = s.recv(500)
+    assert answer.startswith(b"HTTP/1.1 408") and 1.5 < time.monotonic() - started < 5
+
+
+def test_idle_keep_alive_connections_close(patient: EngineServer) -> None:
+    with _connect(patient) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(200).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        assert s.recv(200) == b""  # the server closed it after the keep-alive time (1 s here)
+        assert time.monotonic() - started < 5
+
+
+def test_deep_and_large_bodies_and_nan_over_real_sockets(patient: EngineServer) -> None:
+    deep = _post(patient, b"[" * 10_000 + b"]" * 10_000)
+    assert deep.status_code == 400 and "deeper than 32 levels" in deep.json()["error"]["message"]
+    nan = _post(patient, b'{"input_ids": [1], "sampling_params": {"temperature": NaN}}')
+    assert nan.status_code == 400 and "NaN is not a JSON number" in nan.json()["error"]["message"]
+    started = time.monotonic()  # 20 MB announced, none sent: refused from the headers alone
+    big = _raw(patient, b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 20000000\r\n\r\n")
+    assert big.startswith(b"HTTP/1.1 413") and time.monotonic() - started < 2
+    missing = _raw(patient, b"POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert missing.startswith(b"HTTP/1.1 411") and b"Content-Length" in missing
+    assert _healthy(patient)

@@ -43,36 +43,34 @@ tags are refused (SGLang records them).
 Bad input is refused with 400 and the reason, before it reaches the engine: bodies that are not
 JSON (``NaN`` and ``Infinity`` included), nest deeper than :data:`MAX_JSON_DEPTH` or hold an
 integer too long to convert; non-finite or out-of-range sampling values; token ids outside the
-vocabulary. A body over ``max_body_bytes`` is refused with 413 unread, one without a length with
-411; a connection beyond ``max_connections`` gets 503, and one silent for :data:`READ_TIMEOUT_S`
-is closed.
-
-It is a threaded standard-library server, for one machine: a rollout client, tests of the
-SGLang client without a GPU, or the embedded engine as a service. It streams (``"stream": true``)
-one event with the whole answer, then ``data: [DONE]``, since the engine hands out whole outputs.
-Why not an ASGI stack (FastAPI on uvicorn, as SGLang's own server): every call here blocks on the
-engine or on a process group, so an event loop would hand each one to a thread anyway; the
-answers are whole, so there is no token stream to interleave; and the core install stays free
-of a web framework. What such a stack would add against hostile clients (a body cap, a
-connection cap, read timeouts) is the few lines above.
+vocabulary. The HTTP layer (:mod:`srt_agent.serving.asgi`: Starlette on uvicorn, as SGLang's own
+server) adds the limits of a public port: a whole-request deadline against slow clients (408),
+a body cap (413 unread), ``Content-Length`` required (411), idle keep-alive connections closed,
+and a cap on open connections (503). Every call runs on a worker thread, since each blocks on the
+engine or a process group; a waiting client costs a socket, not a thread. It streams
+(``"stream": true``) one event with the whole answer, then ``data: [DONE]``, since the engine hands
+out whole outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import uvicorn
+
 from srt_agent.errors import describe_fault, shown
+from srt_agent.serving.asgi import MAX_JSON_DEPTH, Endpoint, build_app, deadline_protocol, parse_body
+from srt_agent.serving.asgi import HTTPError as _HTTPError
 from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
@@ -80,7 +78,7 @@ if TYPE_CHECKING:
 
     from srt_agent.engine.torch_engine import TorchEngine
 
-__all__ = ["EngineServer"]
+__all__ = ["MAX_JSON_DEPTH", "EngineServer", "parse_body"]
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +86,15 @@ MAX_BODY_BYTES = 16 * 2**20
 """Default for the largest request body read: 16 MiB holds a batch of ~2.5 million prompt tokens
 (the weights never travel in a body: they come over the process group or from disk)."""
 
-MAX_JSON_DEPTH = 32
-"""Deepest nesting a body may have (SGLang's deepest body, a batch of token-id lists, has 3)."""
+MAX_CONNECTIONS = 1024
+"""Default for the connections open at once; requests on more are answered 503. Waiting clients
+cost a socket each (not a thread), so the cap guards file descriptors, not the engine."""
 
-MAX_CONNECTIONS = 256
-"""Default for the open connections served at once (a thread each); more are answered 503."""
+REQUEST_TIMEOUT_S = 30.0
+"""Default for how long a request may take to arrive whole (headers and body); then 408."""
 
-READ_TIMEOUT_S = 60.0
-"""How long a connection may stay silent while its request is read, or between two requests."""
+KEEP_ALIVE_S = 60
+"""Default for how long an idle keep-alive connection stays open between two requests."""
 
 MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
 """SGLang's ``GPU_MEMORY_ALL_TYPES``: what ``tags: null`` releases or resumes."""
@@ -104,12 +103,6 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 _SGLANG_DIES = "SGLang 0.5.23's scheduler would have died here"
 _REQUIRED = object()
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class EngineServer:
@@ -124,7 +117,10 @@ class EngineServer:
         group_timeout_s: How long joining a weight-sync group, and each broadcast over it, may
             wait (torch's default, as in SGLang: 30 minutes).
         max_body_bytes: Largest request body read; a longer one is refused (413) unread.
-        max_connections: Connections served at once; a client beyond them is answered 503.
+        max_connections: Connections open at once; requests beyond them are answered 503.
+        request_timeout_s: How long a request may take to arrive whole; a slower one is
+            answered 408 and disconnected.
+        keep_alive_s: How long an idle keep-alive connection stays open between requests.
     """
 
     def __init__(
@@ -138,11 +134,15 @@ class EngineServer:
         group_timeout_s: float = 1800.0,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_connections: int = MAX_CONNECTIONS,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        keep_alive_s: int = KEEP_ALIVE_S,
     ) -> None:
         if max_body_bytes < 1 or max_connections < 1:
             raise ValueError(
                 f"max_body_bytes and max_connections must be >= 1, got {max_body_bytes} and {max_connections}"
             )
+        if not request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.model_dir = Path(model_dir)
@@ -163,33 +163,57 @@ class EngineServer:
         self._groups: dict[str, tuple[torch.distributed.ProcessGroup, str]] = {}  # name: (group, backend)
         self._groups_lock = threading.Lock()  # a group is not left while weights arrive over it
         self._released: set[str] = set()
-        self._routes = self._route_table()
-        self._httpd = _BoundedHTTPServer((host, port), self._handler_class(), max_connections)
+        # Bound here, so that a taken port fails now and port 0's pick is known at once.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.create_server((host, port), family=family, backlog=2048)
+        config = uvicorn.Config(
+            build_app(self._route_table(), max_body_bytes=max_body_bytes),
+            http=deadline_protocol(request_timeout_s),
+            ws="none",
+            lifespan="off",
+            loop="asyncio",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=keep_alive_s,
+            # uvicorn counts the connection asking too: one more, so exactly max_connections are served.
+            limit_concurrency=max_connections + 1,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         """``http://host:port`` of the listening socket."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self._socket.getsockname()[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def serve_forever(self) -> None:
-        """Answer requests until :meth:`shutdown` (from another thread) or Ctrl-C."""
-        self._httpd.serve_forever(poll_interval=0.2)
+        """Answer requests until :meth:`close` (from another thread) or Ctrl-C."""
+        self._server.run(sockets=[self._socket])
 
-    def start(self) -> EngineServer:
-        """Serve from a background thread (tests, notebooks); returns ``self``."""
+    def start(self, timeout_s: float = 30.0) -> EngineServer:
+        """Serve from a background thread (tests, notebooks) once it accepts; returns ``self``.
+
+        Raises:
+            RuntimeError: The server did not start within ``timeout_s``.
+        """
         self._thread = threading.Thread(target=self.serve_forever, name="srt-serve", daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"srt-agent serve did not start on {self.url}")
+            time.sleep(0.01)
         return self
 
     def close(self) -> None:
         """Stop serving, leave the weight-sync groups, then close the engine."""
+        self._server.should_exit = True
         if self._thread is not None:
-            self._httpd.shutdown()
             self._thread.join()
             self._thread = None
-        self._httpd.server_close()
+        self._socket.close()
         with self._state:
             self._paused = None  # held /generate calls go on, and find the engine closed
             self._state.notify_all()
@@ -207,7 +231,7 @@ class EngineServer:
         self.close()
 
     # ------------------------------------------------------------------ endpoints
-    def _route_table(self) -> dict[tuple[str, str], Callable[[Any], tuple[HTTPStatus, Any]]]:
+    def _route_table(self) -> dict[tuple[str, str], Endpoint]:
         return {
             ("POST", "/generate"): self._generate,
             ("GET", "/health"): lambda _: (HTTPStatus.OK, None),
@@ -598,158 +622,6 @@ class EngineServer:
                 # A call may reach the engine just after the abort: abort again until none is left.
                 if self._state.wait_for(lambda: self._readers == 0, timeout=0.05):
                     return
-
-    # ------------------------------------------------------------------ HTTP plumbing
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections
-            timeout = READ_TIMEOUT_S  # a silent client does not hold its thread forever
-
-            def do_GET(self) -> None:
-                self._dispatch("GET")
-
-            def do_POST(self) -> None:
-                self._dispatch("POST")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("%s " + format, self.address_string(), *args)
-
-            def _dispatch(self, method: str) -> None:
-                path = self.path.split("?", 1)[0]
-                stream = False
-                try:
-                    body = self._body()
-                    stream = isinstance(body, dict) and body.get("stream") is True
-                    route = server._routes.get((method, path))
-                    if route is None:
-                        known = any(p == path for _, p in server._routes)
-                        status = HTTPStatus.METHOD_NOT_ALLOWED if known else HTTPStatus.NOT_FOUND
-                        raise _HTTPError(status, f"{method} {path} is not served here")
-                    status, payload = route(body)
-                except _HTTPError as exc:
-                    status, payload, stream = exc.status, {"error": {"message": str(exc)}}, False
-                except Exception as exc:  # a bug here must not kill the server thread
-                    log.exception("%s %s failed", method, path)
-                    status, payload, stream = (
-                        HTTPStatus.INTERNAL_SERVER_ERROR,
-                        {"error": {"message": describe_fault(exc)}},
-                        False,
-                    )
-                self._answer(status, payload, stream)
-
-            def _body(self) -> Any:
-                if self.headers.get("Transfer-Encoding", "").strip():
-                    self.close_connection = True  # the body is left unread
-                    raise _HTTPError(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
-                length = (self.headers.get("Content-Length") or "0").strip()
-                if not length.isdigit():
-                    self.close_connection = True
-                    raise _HTTPError(HTTPStatus.BAD_REQUEST, f"Content-Length {shown(length)} is not a count")
-                size = int(length)
-                if size > server.max_body_bytes:
-                    self.close_connection = True
-                    raise _HTTPError(
-                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                        f"the body has {size} bytes, over this server's {server.max_body_bytes} "
-                        "(serve --max-body-mb raises it)",
-                    )
-                return parse_body(self.rfile.read(size)) if size else {}
-
-            def _answer(self, status: HTTPStatus, payload: Any, stream: bool) -> None:
-                if stream:
-                    data = f"data: {json.dumps(payload)}\n\ndata: [DONE]\n\n".encode()
-                    kind = "text/event-stream"
-                elif isinstance(payload, str):
-                    data, kind = payload.encode(), "text/plain; charset=utf-8"
-                elif payload is None:
-                    data, kind = b"", "text/plain; charset=utf-8"
-                else:
-                    data, kind = json.dumps(payload).encode(), "application/json"
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, as many as ``max_connections``; the next ones are answered 503."""
-
-    daemon_threads = True
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int
-    ) -> None:
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(max_connections)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                    b"Connection: close\r\nContent-Length: 58\r\n\r\n"
-                    b'{"error": {"message": "too many connections; try again"}}\n'
-                )
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-def parse_body(raw: bytes) -> Any:
-    """A request body's JSON, or a 400 that says what is wrong with it.
-
-    Stricter than :func:`json.loads`: ``NaN`` and ``Infinity`` are not JSON and are refused, and
-    so is nesting deeper than :data:`MAX_JSON_DEPTH`, checked before parsing (a body of a hundred
-    thousand ``[`` would otherwise end in a ``RecursionError``).
-    """
-    if _too_deep(raw):
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body nests deeper than {MAX_JSON_DEPTH} levels")
-
-    def refuse_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        return json.loads(raw, parse_constant=refuse_constant)
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError; so are huge ints
-        why = str(exc)  # the parser's own words; only a huge int's message echoes input, and briefly
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {why[:200]}") from None
-
-
-_BRACKETS_ONLY = bytes.maketrans(b"{}", b"[]"), bytes(b for b in range(256) if b not in b"[]{}")
-
-
-def _too_deep(raw: bytes) -> bool:
-    """Whether ``raw``'s brackets (outside strings) nest deeper than :data:`MAX_JSON_DEPTH`.
-
-    Strings are cut out (escapes first, then every other piece between quotes), the rest is
-    reduced to one kind of bracket, and each round deletes the innermost pairs (``replace`` does
-    not see the pairs its own deletions make, so a round peels exactly one level). Every step is
-    a C pass over bytes, and a round that leaves the body long finds a run of openers: a 16 MiB
-    body of brackets is checked in milliseconds.
-    """
-    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
-        return False
-    outside = b"".join(raw.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2])
-    brackets = outside.translate(*_BRACKETS_ONLY)
-    run = b"[" * (MAX_JSON_DEPTH + 1)  # a run this long is too deep: found at once, not after 32 rounds
-    for _ in range(MAX_JSON_DEPTH):
-        if run in brackets:
-            return True
-        brackets = brackets.replace(b"[]", b"")
-        if not brackets:
-            return False
-    return b"[" in brackets  # only closers left: not JSON (the parser says so), but not deep
 
 
 def _field(body: Any, name: str, kind: type | tuple[type, ...], default: Any = _REQUIRED) -> Any:
