@@ -83,7 +83,7 @@ def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> No
     from srt_agent.runtime import build_runtime
     from srt_agent.tree_cache import TreeCache
 
-    rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8)
+    rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8, temperature=0.0)  # greedy: drafts repeat
     options = {"max_turns": 2}
     specs = [EpisodeSpec("srt/Calculator-v0", s, t, env_options=options) for s in (1, 2) for t in (0, 1)]
     with build_runtime(model_dir, rollout, draft_source=TreeCache(), cuda_graphs=True) as runtime:
@@ -93,7 +93,9 @@ def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> No
         for _ in range(2):  # the second round drafts from the first's cache
             batch = rollout_sync(runtime.scheduler, specs)
         after = engine.stats()  # type: ignore[union-attr]
+        verified = engine.spec_stats()  # type: ignore[union-attr]
     assert all(t.status in ("ok", "truncated") for t in batch.trajectories) and batch.metrics.live_tokens > 0
+    assert verified.verify_forwards > 0 and verified.nodes_accepted > 0  # the verify shapes ran
     assert after.unwarmed_shapes == 0 and after.prefill_forwards > 0
 
 
@@ -112,6 +114,16 @@ def test_results_per_round_and_the_table(model_dir: Path) -> None:
     assert table.count("\n") == 1 + 3 and "| srt | 3 |" in table and "| hf_generate | 2 |" in table
     record = headline(config, results)
     assert "useless_drafts_ratio" not in record and "latency200_runahead_acceptance" not in record
+
+
+def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
+    """Greedy rounds over the same prompts: later rounds replay earlier ones from the tree cache."""
+    config = tiny(model_dir, configs=("srt",), rounds=3, temperature=0.0)
+    results = run_rollout_bench(config)
+    tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}
+    assert all(tokens[("off", k)] == tokens[("srt", k)] for k in range(3))
+    assert sum(r.metrics.spec.nodes_accepted for r in results if r.config == "srt") > 0
+    assert headline(config, results)["tokens_per_forward"] > 1.5
 
 
 def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> None:

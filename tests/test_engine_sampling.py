@@ -81,7 +81,10 @@ def test_extreme_uniforms_never_pick_a_filtered_token(u: float) -> None:
     logits = torch.tensor([[5.0, 4.0, -3.0, 1.0]])
     rows = RowParams.build([SamplingParams(temperature=1.0, top_k=2)], 4, CPU)
     tokens, token_lp = sample(logits, rows, torch.tensor([u]))
-    assert tokens.item() in (0, 1)
+    # The lowest uniform draws the likeliest kept token, the highest the last kept one (never the
+    # filtered ones past it); their logprobs under the renormalised top 2 (logits 5 and 4).
+    assert tokens.item() == (0 if u == 0.0 else 1)
+    assert token_lp.item() == pytest.approx(-0.3133 if u == 0.0 else -1.3133, abs=1e-3)
     assert torch.isfinite(token_lp).all()
 
 

@@ -90,8 +90,8 @@ def test_continuous_batching_and_the_prefix_store_on_static_steps(model_dir: Pat
         for i, p in enumerate(prompts)
     ]
     # A second turn that extends the first: its prefix comes back from the parked row.
-    follow = [
-        GenerationRequest("f0", (*prompts[3], 7, 8), SamplingParams(temperature=0.0, max_new_tokens=12))
+    follow = [  # longer than the store's block (32 tokens): its prefix is looked up and reused
+        GenerationRequest("f0", (*prompts[5], 7, 8), SamplingParams(temperature=0.0, max_new_tokens=12))
     ]
     results = []
     for static in (False, True):
@@ -101,6 +101,7 @@ def test_continuous_batching_and_the_prefix_store_on_static_steps(model_dir: Pat
     _same(results[0][0], results[1][0])
     _same(results[0][1], results[1][1])
     assert results[1][2].joined_running > 0
+    assert all(r[2].prefix_hits == 1 and r[2].prefix_tokens_reused == len(prompts[5]) for r in results)
 
 
 def test_weight_updates_reach_static_steps(model_dir: Path, tmp_path: Path) -> None:

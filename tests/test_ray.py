@@ -176,7 +176,8 @@ def test_replicas_run_with_the_run_configs_speculation_options(
         run.close()
     assert options == [(cfg.spec.cache, cfg.spec.engine_config())] * 2
     assert options[0][1].max_draft_tokens == 3 and options[0][0].backoff_window == 1
-    assert scheduler.runahead is not None  # the run-ahead queue feeds the replicas
+    # The run-ahead queue feeds the replicas, with the config's settings.
+    assert scheduler.runahead is not None and scheduler.runahead.config.max_in_flight == 3
 
 
 def test_a_custom_draft_source_is_refused_on_ray_with_the_reason(cluster: None, model_dir: Path) -> None:

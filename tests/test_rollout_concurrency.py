@@ -47,7 +47,7 @@ def test_tool_waits_overlap_and_generation_proceeds_while_others_wait() -> None:
     t0 = time.perf_counter()
     trajectories = run_rollouts(engine, tiny_format(), specs, max_concurrent=8)
     wall = time.perf_counter() - t0
-    assert all(t.status == "ok" and t.success for t in trajectories)
+    assert len(trajectories) == 8 and all(t.status == "ok" and t.success for t in trajectories)
     # Serially: 8 naps of 0.3 s plus 16 generations of up to 0.14 s (> 3 s).
     assert wall < 1.5, f"8 episodes took {wall:.2f} s: tool waits did not overlap"
     assert len(NAPS) == 8 and engine.max_in_flight >= 4

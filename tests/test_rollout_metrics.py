@@ -87,8 +87,15 @@ def test_eval_reports_speculation_figures_with_spec_on_and_off(model_dir: Path) 
     f_on, f_off = on.flat(), off.flat()
     assert f_on["spec"] is True and f_off["spec"] is False
     assert f_off["acceptance_rate"] == 0 and f_off["tokens_per_forward"] == 1.0
-    assert 0 <= f_on["acceptance_rate"] <= 1 and f_off["verify_forwards"] == 0  # type: ignore[operator]
-    assert f_on["verify_forwards"] <= f_on["target_forwards"]  # type: ignore[operator]
+    assert f_off["verify_forwards"] == 0
     assert {f"draft_hit_rate_{s}" for s in ("exact", "task", "global")} <= set(f_on)
     rows = [str(c) for c in on.table().columns[0].cells]
     assert "draft acceptance" in rows and "draft hits" in rows
+    # Greedy, one episode at a time: each repeat of a task replays the earlier one's turns, so the
+    # tree cache drafts them from the exact state and the drafts are accepted (fewer forwards).
+    greedy = {**kwargs, "temperature": 0.0, "max_concurrent": 1}
+    g_on = run_eval("srt/GuessNumber-v0", model_dir, spec=True, **greedy).flat()  # type: ignore[arg-type]
+    g_off = run_eval("srt/GuessNumber-v0", model_dir, spec=False, **greedy)  # type: ignore[arg-type]
+    assert g_on["tokens_per_forward"] > 2 and g_on["acceptance_rate"] > 0.5  # type: ignore[operator]
+    assert g_on["draft_hit_rate_exact"] > 0 and g_on["verify_forwards"] > 0  # type: ignore[operator]
+    assert g_off.flat()["tokens_per_forward"] == 1.0

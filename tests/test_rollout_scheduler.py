@@ -73,7 +73,7 @@ def test_each_step_reward_is_credited_to_the_turn_that_caused_it() -> None:
     assert traj.final_info == {"task_id": traj.task_id, "turn": 4, "tool_calls": 0, "tool_errors": [], "n": 1}
     assert all(t.finish_reason == "stop" and t.forward_passes == t.end - t.start for t in traj.turns)
     assert traj.forward_passes == traj.generated_tokens
-    assert traj.generation_s >= 0 and traj.env_s > 0 and traj.wall_s >= traj.env_s
+    assert traj.generation_s > 0 and traj.env_s > 0 and traj.wall_s >= traj.env_s
 
 
 def test_env_turn_limit_and_rollout_turn_cap_truncate_with_reasons() -> None:

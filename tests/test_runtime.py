@@ -25,7 +25,11 @@ def test_runtime_wires_the_cache_and_run_ahead_and_rolls_out(tmp_path: Path) -> 
         model, rollout, draft_source=cache, run_ahead=RunAheadConfig(), fmt=tiny_format()
     ) as rt:
         assert rt.cache is cache and rt.scheduler.runahead is not None
+        # The next batch is announced: its first turn is generated ahead, into the cache only.
+        assert rt.scheduler.announce([EpisodeSpec("srt/GuessNumber-v0", seed=9)]) == 1
         batch = rollout_sync(rt.scheduler, [EpisodeSpec("srt/GuessNumber-v0", seed=i) for i in range(2)])
     assert len(batch.trajectories) == 2 and cache.stats().tokens_added > 0  # the engine reported to it
+    assert batch.metrics.runahead.started == batch.metrics.runahead.completed == 1
+    assert batch.metrics.spec.runahead_tokens > 0
     with build_runtime(model, rollout, fmt=tiny_format()) as plain:
         assert plain.cache is None and plain.scheduler.runahead is None

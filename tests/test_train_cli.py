@@ -11,6 +11,7 @@ from train_fixtures import save_tiny_policy, tiny_settings, write_config
 from typer.testing import CliRunner
 
 from srt_agent.cli import app
+from srt_agent.train.checkpoint import latest_checkpoint
 from srt_agent.train.metrics_log import read_records
 from srt_agent.train.summary import SUMMARY_SCHEMA
 
@@ -72,8 +73,15 @@ def test_a_second_fresh_run_into_the_same_dir_asks_for_resume(model_dir: Path, t
     assert runner.invoke(app, ["train", str(config)], env=WIDE).exit_code == 0
     again = runner.invoke(app, ["train", str(config)], env=WIDE)
     assert again.exit_code == 2 and "--resume" in again.output
+    steps = tmp_path / "run" / "metrics.jsonl"
+    (first,) = [r for r in read_records(steps) if r["kind"] == "step"]
     resumed = runner.invoke(app, ["train", str(config), "--resume", "trainer.steps=2"], env=WIDE)
     assert resumed.exit_code == 0 and "resuming from step 1" in resumed.output
+    # It went on from step 1's checkpoint: step 1 is kept as it was, and only step 2 ran.
+    after = [r for r in read_records(steps) if r["kind"] == "step"]
+    assert [r["step"] for r in after] == [1, 2] and after[0] == first
+    checkpoint = latest_checkpoint(tmp_path / "run")
+    assert checkpoint is not None and checkpoint.step == 2
 
 
 def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

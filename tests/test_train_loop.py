@@ -171,8 +171,10 @@ def test_dynamic_sampling_refills_and_trains_on_informative_groups_only(
         trainer={"steps": 1},
     )  # fmt: skip
     step = _one_step(cfg)
-    assert 1 <= step["rounds"] <= 3 and step["episodes"] == 12 * step["rounds"]
-    assert 0 < step["trained_episodes"] <= 12 and step["grad_norm"] > 0
+    # The first round leaves too few informative groups: it refills; groups whose rewards are all
+    # equal (no signal) are dropped from training.
+    assert step["rounds"] >= 2 and step["episodes"] == 12 * step["rounds"]
+    assert 0 < step["trained_episodes"] < step["episodes"] - step["failed"] and step["grad_norm"] > 0
 
 
 def test_negative_weight_scales_only_the_negative_advantages(model_dir: Path, tmp_path: Path) -> None:

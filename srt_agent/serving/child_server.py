@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
+import tenacity
 
 from srt_agent.errors import SrtAgentError
 
@@ -64,19 +64,30 @@ class ServerProcess:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerStartError(f"{self.name} exited with code {self.proc.returncode}: {self.tail()}")
+            proc = self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
+
+        def healthy() -> bool:
+            if proc.poll() is not None:  # not retried: a dead server does not come up
+                raise ServerStartError(f"{self.name} exited with code {proc.returncode}: {self.tail()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
+                return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
             except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise ServerStartError(f"{self.name} did not answer within {timeout_s:g} s: {self.tail()}")
+                return False
+
+        polling = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(timeout_s),
+            wait=tenacity.wait_fixed(0.25),
+            retry=tenacity.retry_if_result(lambda ok: not ok),
+        )
+        try:
+            polling(healthy)
+        except tenacity.RetryError:
+            self.stop()
+            raise ServerStartError(
+                f"{self.name} did not answer within {timeout_s:g} s: {self.tail()}"
+            ) from None
 
     def alive(self) -> bool:
         """Whether the process is running."""

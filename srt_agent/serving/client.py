@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+import tenacity
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.contracts.speculation import SpecStats
@@ -516,27 +517,47 @@ class SGLangEngine:
             await self._client.post("/abort_request", json={"rid": rid}, timeout=5.0)
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
-        """One API call with retries; the parsed JSON answer (text answers as a string)."""
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
-            try:
-                response = await self._client.request(method, path, json=body)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-                if last:
-                    raise EngineConnectionError(
-                        f"no answer from {self.url}{path} after {attempt + 1} tries ({type(exc).__name__}: "
-                        f"{exc}); is the server up? Start one with `srt-agent serve --model DIR` "
-                        "or `srt-agent sglang-serve --model DIR`"
-                    ) from None
-            except httpx.TimeoutException as exc:
-                raise EngineConnectionError(f"{self.url}{path} timed out ({type(exc).__name__})") from None
-            else:
-                if response.status_code not in _RETRY_STATUS or last:
-                    return _parse(response, f"{self.url}{path}")
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+        """One API call with retries (tenacity); the parsed JSON answer (text answers as a string).
+
+        Connection failures and 502/503/504 answers are tried again after ``backoff_s``, doubling,
+        up to ``retries`` more times; the last answer, or an :class:`EngineConnectionError`, ends it.
+        A read timeout is not retried: the server may still be generating that request.
+        """
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            wait=tenacity.wait_exponential(multiplier=self.backoff_s, exp_base=2),
+            retry=tenacity.retry_if_exception_type((*_RETRY_ERRORS, _Unavailable)),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self._client.request(method, path, json=body)
+                    if response.status_code in _RETRY_STATUS:
+                        raise _Unavailable(response)
+        except _Unavailable as exc:  # still unavailable at the last try: its answer says why
+            return _parse(exc.response, f"{self.url}{path}")
+        except _RETRY_ERRORS as exc:
+            raise EngineConnectionError(
+                f"no answer from {self.url}{path} after {self.retries + 1} tries ({type(exc).__name__}: "
+                f"{exc}); is the server up? Start one with `srt-agent serve --model DIR` "
+                "or `srt-agent sglang-serve --model DIR`"
+            ) from None
+        except httpx.TimeoutException as exc:
+            raise EngineConnectionError(f"{self.url}{path} timed out ({type(exc).__name__})") from None
+        return _parse(response, f"{self.url}{path}")
+
+
+_RETRY_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+"""Failures before the server took the request: safe to send it again."""
+
+
+class _Unavailable(Exception):
+    """A 502/503/504 answer, retried like a connection failure."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 def _parse(response: httpx.Response, where: str) -> Any:

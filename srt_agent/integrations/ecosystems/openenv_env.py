@@ -32,12 +32,12 @@ import os
 import sys
 import tempfile
 import threading
-import time
 import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import tenacity
 from pydantic import Field
 
 from srt_agent.chat.messages import Message, user
@@ -254,18 +254,21 @@ class OpenEnvEnv(ForeignEnv):
         The server refuses the others (``CAPACITY_REACHED``, or a closed socket): they reconnect
         with backoff until a session frees, instead of failing.
         """
-        deadline = time.monotonic() + self.config.start_timeout_s
-        pause = 0.05
-        while True:
-            try:
-                return self._call("reset", seed=seed)[0]
-            except ForeignEnvError as exc:
-                busy = "CAPACITY_REACHED" in str(exc) or "ConnectionClosed" in str(exc)
-                if not busy or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
-            self._open_session()
+
+        def busy(exc: BaseException) -> bool:
+            return isinstance(exc, ForeignEnvError) and (
+                "CAPACITY_REACHED" in str(exc) or "ConnectionClosed" in str(exc)
+            )
+
+        waiting = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(self.config.start_timeout_s),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+            retry=tenacity.retry_if_exception(busy),
+            before_sleep=lambda _: self._open_session(),  # the refused session is closed: a new one
+            reraise=True,
+        )
+        result: str = waiting(lambda: self._call("reset", seed=seed)[0])
+        return result
 
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """``reset(seed=...)`` on the OpenEnv side."""
