@@ -370,7 +370,12 @@ def serve_cmd(
     seed: Annotated[int | None, typer.Option(help="Seed for requests without sampling_seed.")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch CPU threads.")] = None,
     max_body_mb: Annotated[float, typer.Option(min=0.001, help="Largest request body, in MiB.")] = 16.0,
-    max_connections: Annotated[int, typer.Option(min=1, help="Connections served at once.")] = 256,
+    max_connections: Annotated[
+        int, typer.Option(min=1, help="Connections open at once (requests on more get 503).")
+    ] = 1024,
+    request_timeout: Annotated[
+        float, typer.Option(min=0.001, help="Seconds a request may take to arrive whole (then 408).")
+    ] = 30.0,
     config: Annotated[
         Path | None,
         typer.Option("--config", help=SPEC_FILE_HELP),
@@ -385,7 +390,7 @@ def serve_cmd(
         serve(model_dir, host=host, port=port, spec=spec, max_batch=max_batch, device=device,
               seed=seed, threads=threads, console=console, cache=options.cache,
               spec_config=options.engine_config(), max_body_bytes=int(max_body_mb * 2**20),
-              max_connections=max_connections)  # fmt: skip
+              max_connections=max_connections, request_timeout_s=request_timeout)  # fmt: skip
     except (OSError, ValueError) as exc:  # port taken, bad device, unloadable model
         raise _report_error(exc) from None
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from srt_agent.serving.server import MAX_BODY_BYTES, MAX_CONNECTIONS, EngineServer
+from srt_agent.serving.server import MAX_BODY_BYTES, MAX_CONNECTIONS, REQUEST_TIMEOUT_S, EngineServer
 
 if TYPE_CHECKING:
     from srt_agent.engine.speculation.spec_config import SpecConfig
@@ -32,6 +32,7 @@ def serve(
     spec_config: SpecConfig | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_connections: int = MAX_CONNECTIONS,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> None:
     """Load the model and answer requests until Ctrl-C (what ``srt-agent serve`` runs).
 
@@ -48,7 +49,8 @@ def serve(
         cache: The tree cache's settings (a run config's ``spec.cache``; default: the defaults).
         spec_config: The engine's speculation settings (a run config's ``spec``).
         max_body_bytes: Largest request body read (a longer one is answered 413 unread).
-        max_connections: Connections served at once (more are answered 503).
+        max_connections: Connections open at once (requests on more are answered 503).
+        request_timeout_s: How long a request may take to arrive whole (then 408).
     """
     from srt_agent.devices import resolve_device
     from srt_agent.engine.torch_engine import TorchEngine
@@ -72,6 +74,7 @@ def serve(
         speculative=spec,
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
+        request_timeout_s=request_timeout_s,
     )
     console.print(
         f"serving {model_dir} at [bold]{server.url}[/bold] (SGLang native API: POST /generate; "
