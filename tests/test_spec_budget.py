@@ -312,3 +312,42 @@ def test_a_fixed_verify_width_prices_every_verify_step_at_that_width() -> None:
     assert model.ask([20] * 114) == [0] * 114
     model.observe_step(16, 9, 0.004)  # measured at the padded width
     assert model.verify_extra.observed
+
+
+def test_a_long_run_of_verify_steps_is_broken_by_one_timed_plain_step() -> None:
+    """Control steps: the plain fit is re-measured even while every step would verify."""
+    model = _model(per_forward=0.01, per_token=0.0, probe_interval=4)
+    asked = []
+    for _ in range(10):
+        budgets = model.ask([20] * 4)
+        asked.append(any(budgets))
+        if any(budgets):
+            model.choose([_chain(b, prob=1.0) for b in budgets])
+    # Four drafted steps, one plain (the control), four drafted, one plain.
+    assert asked == [True] * 4 + [False] + [True] * 4 + [False] and model.controls == 2
+
+
+def test_realized_cost_stops_drafting_for_the_group_whose_verify_steps_lose() -> None:
+    """Whatever the fits predict: a group whose verify steps really cost more per emitted token
+    than its plain steps is not asked for drafts (probes aside); another group drafts on."""
+    from srt_agent.engine.speculation.realized import RealizedCost
+
+    realized = RealizedCost()
+    for _ in range(5):
+        realized.observe(["retail"], 0.004, 16, verify=False)  # 0.25 ms a token
+        realized.observe(["retail"], 0.008, 26, verify=True)  # 2x the step, 1.6 tokens a row
+        realized.observe(["calc"], 0.004, 16, verify=False)
+        realized.observe(["calc"], 0.008, 64, verify=True)  # 4 tokens a row: half the price
+    assert realized.losing("retail") and not realized.losing("calc") and not realized.losing("new")
+
+    model = _model(per_forward=0.001, per_token=0.00001, probe_interval=1000)
+    groups = ["retail"] * 8 + ["calc"] * 8
+    for _ in range(5):  # the steps as the engine reports them: verify outcome, then its time
+        model.ask([20] * 16, groups)
+        model.observe_step(16, 1, 0.004)
+        model.ask([20] * 16, groups)
+        model.observe_verify([_chain(4)] * 16, [(0,)] * 8 + [(0, 1, 2)] * 8, groups)
+        model.observe_step(16, 5, 0.008)  # 16 + 8 + 24 tokens
+    assert model.realized.losing("retail") and not model.realized.losing("calc")
+    budgets = model.ask([20] * 16, groups)
+    assert budgets[:8] == [0] * 8 and all(b > 0 for b in budgets[8:])

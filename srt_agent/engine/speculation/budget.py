@@ -37,6 +37,16 @@ Each step the model maximises expected emitted tokens per second over the verify
   to 16x); a group whose rows accepted enough to pay their share of the step resets it; a step
   probes when the interval of any group among its rows is due.
 
+* **Control steps**: while every step verifies, plain steps are never timed, so the plain fit goes
+  stale (contexts grow, other envs' batches come and go) and the verify extra, fitted against it,
+  absorbs the drift: measured on Retail on 2 CPU cores, a run predicted plain steps at twice their
+  real cost after an all-verify stretch and verified at 1.6 tokens per forward where a verify step
+  cost 2x a plain one (0.85x overall). So after ``probe_interval`` drafted steps in a row, one step
+  decodes plainly: a control, whose time keeps both fits honest (it forgoes at most 1 step's drafts
+  in ``probe_interval + 1``).
+* **Realized cost** (:class:`~srt_agent.engine.speculation.realized.RealizedCost`): what verify
+  and plain steps really cost per token, per request group; a group whose verify steps cost more
+  per token than its plain ones is asked for drafts in probes only, whatever the fits predict.
 * **A fixed verify width** (static steps, CUDA graphs): every verify step is padded to one width
   (:attr:`CostModel.fixed_width`), so it costs the same however few nodes it verifies. Steps are
   then timed and predicted at that width: the choice is between plain decoding and verifying the
@@ -61,6 +71,7 @@ from srt_agent import native
 from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree
 from srt_agent.engine.speculation.acceptance import Acceptance
 from srt_agent.engine.speculation.forward_time import ForwardTime
+from srt_agent.engine.speculation.realized import RealizedCost
 from srt_agent.engine.speculation.spec_config import SpecConfig
 
 _YIELD_DECAY = 0.9  # per lookup step: the realised yield of lookups follows the last ~10 of them
@@ -138,6 +149,11 @@ class CostModel:
         self.probing = False  # the current step is a probe
         self._probe = 0  # draft tokens the current probe verifies
         self._idle_steps = 0  # decode steps since the last verified draft
+        self._drafted_run = 0  # verify steps in a row (a control step ends a long run)
+        self.controls = 0  # control steps taken (plain steps that keep the plain fit fresh)
+        self.realized = RealizedCost()
+        self._step_groups: set[str] = {""}  # the groups of the step being decided
+        self._emitted: dict[str, tuple[int, int]] = {}  # the last verify step's rows and tokens per group
         # Per request group, steps between probes as a multiple of the base interval (1 .. 16):
         # doubles while a group's probes do not pay.
         # Per group, so that a stretch of one env's useless drafts does not delay the probes
@@ -164,7 +180,15 @@ class CostModel:
 
         ``width`` is what the forward ran, padding included.
         """
-        if width <= 1:
+        verify = width > 1
+        if not verify:
+            self.realized.observe(self._step_groups, seconds, batch, verify=False)
+        else:  # each group pays its rows' share of the step (lookups included) for its own tokens
+            total = seconds + self.lookup_seconds * batch
+            for group, (rows, emitted) in self._emitted.items():
+                self.realized.observe([group], total * rows / batch, emitted, verify=True)
+        self._emitted = {}
+        if not verify:
             self.time.observe(batch, seconds)
         else:
             self.verify_extra.observe(batch * (width - 1), seconds - self.time.predict(batch))
@@ -207,10 +231,17 @@ class CostModel:
         batch = len(caps)
         width = self.max_width(batch)
         self.probing = False
+        row_groups = list(groups) if groups is not None else [""] * batch
+        self._step_groups = set(row_groups)
         if width < 2 or not any(caps):
             return [0] * batch
         if not self.config.adaptive:
             return [min(c, width - 1) for c in caps]
+        if self._drafted_run >= self.config.probe_interval:  # a control step: decode plainly, timed
+            self._drafted_run = 0
+            self.controls += 1
+            self._idle_steps += 1
+            return [0] * batch
         budget = self._optimistic_width(batch, width) - 1
         if budget and not self._lookups_pay(batch):
             budget = 0
@@ -224,9 +255,14 @@ class CostModel:
             # has a fixed extra cost): choose() would then see only narrow drafts, judge that nothing
             # pays, the measured yield of lookups would stay ~0, and drafting would never resume.
             budget = width - 1
-        if budget == 0:
+        budgets = [min(c, budget) for c in caps]
+        if not self.probing:  # groups whose verify steps really cost more per token: plain rows
+            losing = {g for g in self._step_groups if self.realized.losing(g)}
+            if losing:
+                budgets = [0 if g in losing else b for b, g in zip(budgets, row_groups, strict=True)]
+        if not any(budgets):
             self._idle_steps += 1
-        return [min(c, budget) for c in caps]
+        return budgets
 
     def _lookups_pay(self, batch: int) -> bool:
         """Whether looking up drafts pays for the lookups, judged by what recent ones yielded.
@@ -373,7 +409,9 @@ class CostModel:
             if self.probing:  # verify at least the probe: it exists to measure what does not pay yet
                 best_width = max(best_width, min(width, 1 + self._probe))
             chosen = [subtree(d, r.order[: best_width - 1]) for d, r in zip(drafts, ranked, strict=True)]
-        self._idle_steps = 0 if any(chosen) else self._idle_steps + 1
+        drafted = any(chosen)
+        self._idle_steps = 0 if drafted else self._idle_steps + 1
+        self._drafted_run = self._drafted_run + 1 if drafted else 0
         return chosen
 
     def observe_lookup(self, seconds_per_row: float) -> None:
@@ -400,6 +438,11 @@ class CostModel:
             accepted: Per row, the accepted node indices.
             groups: Per row, the request's ``draft_group`` (``None``: all in the shared group).
         """
+        emitted: dict[str, tuple[int, int]] = {}  # per group: rows, tokens (accepted nodes, then one)
+        for path, group in zip(accepted, groups or [""] * len(accepted), strict=True):
+            rows_g, tokens = emitted.get(group, (0, 0))
+            emitted[group] = (rows_g + 1, tokens + len(path) + 1)
+        self._emitted = emitted
         observations: list[tuple[str, int, int, float, int]] = []
         rows: dict[str, int] = {}  # per group: rows in the step
         taken_by: dict[str, int] = {}  # per group that verified a draft: accepted nodes
