@@ -32,6 +32,7 @@ import logging
 import os
 import pickle
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,6 +494,7 @@ def create_sglang_engines(
     *,
     server: str | None = None,
     num_gpus_per_engine: float | None = None,
+    extra_server_args: Sequence[str] = (),
 ) -> list[Any]:
     """OpenRLHF's ``create_vllm_engines``, with SGLang engines: the same arguments, Ray actor handles.
 
@@ -502,8 +504,10 @@ def create_sglang_engines(
     engines use one bundle per GPU instead and let vLLM's Ray executor spread the ranks; an SGLang
     server is one process tree that needs its GPUs visible at launch.) With the learner's
     ``shared_pg`` (colocated), each engine shares a bundle's GPU (``num_gpus_per_engine``,
-    default 0.2) and must have ``tensor_parallel_size`` 1. With ``vllm_enable_sleep`` the
-    engines are asleep when this returns (as OpenRLHF's are), so the learner's models can load.
+    default 0.2) and must have ``tensor_parallel_size`` 1. ``extra_server_args`` go to every
+    engine's server command (e.g. ``["--config", spec_file]`` for srt-agent's server). With
+    ``vllm_enable_sleep`` the engines are asleep when this returns (as OpenRLHF's are), so the
+    learner's models can load.
 
     Raises:
         ValueError: Images (``max_images_per_prompt``), which these engines do not serve, or
@@ -531,6 +535,7 @@ def create_sglang_engines(
                 enable_sleep=vllm_enable_sleep,
                 agent_func_path=agent_func_path,
                 remote_rm_url=remote_rm_url,
+                extra_server_args=tuple(extra_server_args),
             )
         )
     if vllm_enable_sleep:
