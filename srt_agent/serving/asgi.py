@@ -37,7 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from srt_agent.errors import describe_fault
+from srt_agent.errors import SrtAgentError, describe_fault
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ Endpoint = Callable[[Any], tuple[HTTPStatus, Any]]
 """A parsed JSON body (``{}`` when there is none) to ``(status, payload)``; may raise :class:`HTTPError`."""
 
 
-class HTTPError(Exception):
+class HTTPError(SrtAgentError):
     """A refusal: answered with ``status`` and ``{"error": {"message": message}}``.
 
     Args:
