@@ -230,3 +230,14 @@ def test_deep_and_large_bodies_and_nan_over_real_sockets(patient: EngineServer) 
     missing = _raw(patient, b"POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert missing.startswith(b"HTTP/1.1 411") and b"Content-Length" in missing
     assert _healthy(patient)
+
+
+def test_unknown_paths_and_methods_get_json_errors(patient: EngineServer) -> None:
+    missing = httpx.get(f"{patient.url}/no_such_endpoint", timeout=10)
+    assert (
+        missing.status_code == 404
+        and "GET /no_such_endpoint is not served here" in missing.json()["error"]["message"]
+    )
+    wrong = httpx.delete(f"{patient.url}/generate", timeout=10)
+    assert wrong.status_code == 405 and "DELETE /generate" in wrong.json()["error"]["message"]
+    assert httpx.head(f"{patient.url}/health", timeout=10).status_code == 200

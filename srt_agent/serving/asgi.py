@@ -71,7 +71,8 @@ def build_app(routes: Mapping[tuple[str, str], Endpoint], *, max_body_bytes: int
     limiter = anyio.CapacityLimiter(HANDLER_THREADS)
 
     async def endpoint(request: Request) -> Response:
-        call = routes[(request.method, request.url.path)]
+        method = "GET" if request.method == "HEAD" else request.method  # Starlette adds HEAD to GET
+        call = routes[(method, request.url.path)]
         stream = False
         try:
             body = await read_body(request, max_body_bytes)
