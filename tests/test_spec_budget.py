@@ -328,17 +328,20 @@ def test_a_long_run_of_verify_steps_is_broken_by_one_timed_plain_step() -> None:
 
 
 def test_realized_cost_stops_drafting_for_the_group_whose_verify_steps_lose() -> None:
-    """Whatever the fits predict: a group whose verify steps really cost more per emitted token
-    than its plain steps is not asked for drafts (probes aside); another group drafts on."""
+    """Whatever the fits predict: a group whose verify steps gain less over plain steps of the same
+    batch size than they cost is not asked for drafts (probes aside); another group drafts on."""
     from srt_agent.engine.speculation.realized import RealizedCost
 
     realized = RealizedCost()
     for _ in range(5):
-        realized.observe(["retail"], 0.004, 16, verify=False)  # 0.25 ms a token
-        realized.observe(["retail"], 0.008, 26, verify=True)  # 2x the step, 1.6 tokens a row
-        realized.observe(["calc"], 0.004, 16, verify=False)
-        realized.observe(["calc"], 0.008, 64, verify=True)  # 4 tokens a row: half the price
-    assert realized.losing("retail") and not realized.losing("calc") and not realized.losing("new")
+        realized.observe_plain(["retail", "calc"], 16, 0.004)
+        realized.observe_plain(["retail", "calc"], 1, 0.001)  # another size: its own bucket
+        # A verify step of 16 rows costs 2 plain ones: 1.6 tokens a row lose, 4 tokens a row win.
+        realized.observe_verify({"retail": (16, 26)}, 16, 0.008)
+        realized.observe_verify({"calc": (16, 64)}, 16, 0.008)
+    assert realized.speedup("retail") == pytest.approx(0.8125) and realized.losing("retail")
+    assert realized.speedup("calc") == pytest.approx(2.0) and not realized.losing("calc")
+    assert not realized.losing("new") and realized.speedup("new") is None
 
     model = _model(per_forward=0.001, per_token=0.00001, probe_interval=1000)
     groups = ["retail"] * 8 + ["calc"] * 8
@@ -347,7 +350,7 @@ def test_realized_cost_stops_drafting_for_the_group_whose_verify_steps_lose() ->
         model.observe_step(16, 1, 0.004)
         model.ask([20] * 16, groups)
         model.observe_verify([_chain(4)] * 16, [(0,)] * 8 + [(0, 1, 2)] * 8, groups)
-        model.observe_step(16, 5, 0.008)  # 16 + 8 + 24 tokens
+        model.observe_step(16, 5, 0.008)  # 2 plain steps: retail's 2 tokens a row lose, calc's 4 win
     assert model.realized.losing("retail") and not model.realized.losing("calc")
     budgets = model.ask([20] * 16, groups)
     assert budgets[:8] == [0] * 8 and all(b > 0 for b in budgets[8:])

@@ -45,8 +45,8 @@ Each step the model maximises expected emitted tokens per second over the verify
   decodes plainly: a control, whose time keeps both fits honest (it forgoes at most 1 step's drafts
   in ``probe_interval + 1``).
 * **Realized cost** (:class:`~srt_agent.engine.speculation.realized.RealizedCost`): what verify
-  and plain steps really cost per token, per request group; a group whose verify steps cost more
-  per token than its plain ones is asked for drafts in probes only, whatever the fits predict.
+  steps really gain over plain steps of the same batch size, per request group; a group whose
+  verify steps gain less than 5% is asked for drafts in probes only, whatever the fits predict.
 * **A fixed verify width** (static steps, CUDA graphs): every verify step is padded to one width
   (:attr:`CostModel.fixed_width`), so it costs the same however few nodes it verifies. Steps are
   then timed and predicted at that width: the choice is between plain decoding and verifying the
@@ -182,11 +182,9 @@ class CostModel:
         """
         verify = width > 1
         if not verify:
-            self.realized.observe(self._step_groups, seconds, batch, verify=False)
-        else:  # each group pays its rows' share of the step (lookups included) for its own tokens
-            total = seconds + self.lookup_seconds * batch
-            for group, (rows, emitted) in self._emitted.items():
-                self.realized.observe([group], total * rows / batch, emitted, verify=True)
+            self.realized.observe_plain(self._step_groups, batch, seconds)
+        elif self._emitted:  # what each group's rows emitted, against a plain step of this size
+            self.realized.observe_verify(self._emitted, batch, seconds + self.lookup_seconds * batch)
         self._emitted = {}
         if not verify:
             self.time.observe(batch, seconds)
