@@ -320,7 +320,7 @@ class StepGraphs:
 
     # --- warm-up ------------------------------------------------------------------------------
 
-    def warm_up(self, params: Sequence[SamplingParams], *, verify: bool = True) -> int:
+    def warm_up(self, params: Sequence[SamplingParams]) -> int:
         """Build every step shape of ``params``' sampling flags now, largest first (see the module doc).
 
         Must run while no sequence holds a cache row: each shape runs once on placeholder inputs
@@ -329,8 +329,8 @@ class StepGraphs:
 
         Args:
             params: Sampling parameters the engine will run (e.g. the rollout's); one set of shapes
-                per distinct sampling flags. Flags warmed before are skipped.
-            verify: Build the verify shapes too (an engine that speculates).
+                per distinct sampling flags. Flags warmed before are skipped. Verify shapes are
+                built where the engine verifies at all (:attr:`max_width` > 1).
 
         Returns:
             Shapes built.
@@ -344,7 +344,7 @@ class StepGraphs:
             flags = sampling_flags([p], vocab)
             if flags in self._warm:
                 continue
-            for kind, rows, width, span in self.warm_shape_list(verify=verify):
+            for kind, rows, width, span in self.warm_shape_list():
                 if kind == "step":
                     self._warm_step(rows, width, span, p)
                 else:
@@ -358,7 +358,7 @@ class StepGraphs:
         self.warm_up_seconds += time.perf_counter() - start
         return new
 
-    def warm_shape_list(self, *, verify: bool = True) -> list[tuple[str, int, int, int]]:
+    def warm_shape_list(self) -> list[tuple[str, int, int, int]]:
         """The shapes :meth:`warm_up` builds per sampling flags: ``(kind, rows, width, span)``, largest first.
 
         Steps: every row bucket, width 1 (and the verify width), every power-of-two span of the
@@ -368,7 +368,7 @@ class StepGraphs:
         """
         row_buckets = [1 << k for k in range(self.max_rows.bit_length()) if 1 << k <= self.max_rows]
         spans = [s for s in (MIN_SPAN << k for k in range(32)) if s <= self.max_span] or [self.max_span]
-        widths = [1, self.max_width] if verify and self.max_width > 1 else [1]
+        widths = [1, self.max_width] if self.max_width > 1 else [1]
         shapes = [("step", b, w, s) for b in row_buckets for w in widths for s in spans if w <= s]
         tbs = [t for t in (MIN_PREFILL << k for k in range(16)) if t <= min(MAX_PREFILL, self.max_span)]
         prefills = [(k, t) for k in row_buckets for t in tbs if k * t <= WARM_PREFILL_TOKENS]

@@ -373,14 +373,13 @@ class TorchEngine:
         if graphs is None:
             return 0.0
         scheduler = self._scheduler
-        verify = scheduler.speculator is not None and self.spec.enabled
 
         def run() -> float:
             if scheduler.has_work():
                 raise RuntimeError("warm_up runs before requests are submitted (rows are in use)")
             before = graphs.warm_up_seconds
             with torch.inference_mode():
-                graphs.warm_up(params, verify=verify)
+                graphs.warm_up(params)
             return graphs.warm_up_seconds - before
 
         seconds = self._call(run)

@@ -180,16 +180,14 @@ class CostModel:
 
         ``width`` is what the forward ran, padding included.
         """
-        verify = width > 1
-        if not verify:
+        if width <= 1:
             self.realized.observe_plain(self._step_groups, batch, seconds)
-        elif self._emitted:  # what each group's rows emitted, against a plain step of this size
-            self.realized.observe_verify(self._emitted, batch, seconds + self.lookup_seconds * batch)
-        self._emitted = {}
-        if not verify:
             self.time.observe(batch, seconds)
         else:
+            if self._emitted:  # what each group's rows emitted, against a plain step of this size
+                self.realized.observe_verify(self._emitted, batch, seconds + self.lookup_seconds * batch)
             self.verify_extra.observe(batch * (width - 1), seconds - self.time.predict(batch))
+        self._emitted = {}
 
     def step_seconds(self, batch: int, width: int) -> float:
         """Predicted seconds of a decode step of ``batch`` rows: plain (``width`` 1) or verifying."""

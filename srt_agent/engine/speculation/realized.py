@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from srt_agent.engine.step_graphs import bucket
+
 MIN_SPEEDUP = 1.05
 """Realized speed-up a group's verify steps must keep to go on drafting (a tie is noise, not a gain)."""
 
 _DECAY = 0.8  # per observation: the last ~5 decide
 _MIN_STEPS = 3  # verify steps of a group seen before a verdict
-
-
-def _bucket(rows: int) -> int:
-    return 1 << max(rows - 1, 0).bit_length()
 
 
 class RealizedCost:
@@ -39,7 +37,7 @@ class RealizedCost:
 
     def observe_plain(self, groups: Iterable[str], rows: int, seconds: float) -> None:
         """Add a plain decode step of ``rows`` rows (of these groups) that took ``seconds``."""
-        key_bucket = _bucket(rows)
+        key_bucket = bucket(rows)
         for group in groups:
             key = (group, key_bucket)
             old = self._plain.get(key)
@@ -54,7 +52,7 @@ class RealizedCost:
             seconds: The step's time.
         """
         for group, (group_rows, tokens) in per_group.items():
-            plain = self._plain.get((group, _bucket(rows)))
+            plain = self._plain.get((group, bucket(rows)))
             if plain is None or group_rows == 0 or seconds <= 0:
                 continue  # no plain step of this size to compare with yet
             speedup = (tokens / group_rows) * plain / seconds
