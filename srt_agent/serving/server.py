@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from srt_agent.errors import describe_fault, shown
-from srt_agent.serving.asgi import MAX_JSON_DEPTH, Endpoint, build_app, deadline_protocol, parse_body
+from srt_agent.serving.asgi import MAX_JSON_DEPTH, Endpoint, build_app, deadline_protocol
 from srt_agent.serving.asgi import HTTPError as _HTTPError
 from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
     from srt_agent.engine.torch_engine import TorchEngine
 
-__all__ = ["MAX_JSON_DEPTH", "EngineServer", "parse_body"]
+__all__ = ["MAX_JSON_DEPTH", "EngineServer"]
 
 log = logging.getLogger(__name__)
 
