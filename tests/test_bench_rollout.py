@@ -13,6 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from srt_agent.cli import app
+from srt_agent.config.sections import SpecSection
 from srt_agent.speed.rollout_report import bench_rollout, headline, limits, markdown_table
 from srt_agent.speed.rollout_speed import CONFIGS, RolloutBenchConfig, run_rollout_bench
 
@@ -117,8 +118,12 @@ def test_results_per_round_and_the_table(model_dir: Path) -> None:
 
 
 def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
-    """Greedy rounds over the same prompts: later rounds replay earlier ones from the tree cache."""
-    config = tiny(model_dir, configs=("srt",), rounds=3, temperature=0.0)
+    """Greedy rounds over the same prompts: later rounds replay earlier ones from the tree cache.
+
+    Run-ahead takes every free row (on a CPU the engine's ledger would soon stop it: its rows cost).
+    """
+    free_rows = SpecSection(runahead_slowdown=10)
+    config = tiny(model_dir, configs=("srt",), rounds=3, temperature=0.0, spec_options=free_rows)
     results = run_rollout_bench(config)
     tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}
     assert all(tokens[("off", k)] == tokens[("srt", k)] for k in range(3))

@@ -298,7 +298,8 @@ def test_live_requests_preempt_runahead_ones(model_dir: Path) -> None:
         live = asyncio.create_task(eng.agenerate(_req("live", (4, 5), max_new_tokens=5, seed=9)))
         return list(await asyncio.gather(*ahead, live))
 
-    with _spec_engine(model_dir, source, spec=SpecConfig(enabled=False), max_batch_size=2) as eng:
+    free_rows = SpecConfig(enabled=False, runahead_slowdown=10)  # run-ahead takes every free row
+    with _spec_engine(model_dir, source, spec=free_rows, max_batch_size=2) as eng:
         outs = asyncio.run(scenario(eng))
         stats = eng.spec_stats()
     by_id = {o.request_id: o for o in outs}

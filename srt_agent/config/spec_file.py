@@ -75,7 +75,14 @@ def load_spec(path: str | Path | None, overrides: Sequence[str] = (), *, server:
     return spec
 
 
-SGLANG_FIXED = ("adaptive", "max_batch_tokens", "draws", "probe_interval", "probe_overhead")
+SGLANG_FIXED = (
+    "adaptive",
+    "max_batch_tokens",
+    "draws",
+    "probe_interval",
+    "probe_overhead",
+    "runahead_slowdown",
+)
 """Options SGLang's n-gram path has no counterpart for: it verifies a fixed-size draft every step."""
 
 

@@ -27,6 +27,7 @@ from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
 from srt_agent.engine.sampling import RowParams, sample
 from srt_agent.engine.sequence import Detokenizer, SequenceState
+from srt_agent.engine.speculation.runahead_gate import RunAheadGate
 from srt_agent.engine.speculation.speculator import Emitted, Speculator, sync
 from srt_agent.engine.speculation.stats import SpecCounters
 from srt_agent.engine.step_graphs import CaptureFreeTimer, StepGraphs
@@ -85,6 +86,7 @@ class Scheduler:
         self.prefill_forwards = 0
         self.peak_batch = 0
         self.joined_running = 0  # sequences admitted while others were decoding
+        self.runahead_gate = RunAheadGate()  # whether run-ahead rows pay for themselves here
 
     def add(self, seq: SequenceState) -> None:
         """Queue a sequence for admission at the next step.
@@ -102,6 +104,16 @@ class Scheduler:
         """Whether any sequence is running or waiting."""
         return bool(self.rows or self.waiting)
 
+    def can_step(self) -> bool:
+        """Whether a step would do anything: rows run, or a waiting sequence may be admitted.
+
+        Run-ahead sequences that wait for a spare row do not count: until a live request arrives
+        or one ends, nothing would change, so the worker may block instead of spinning.
+        """
+        if self.rows or any(s.request.priority == "live" for s in self.waiting):
+            return True
+        return bool(self.waiting) and self._spare_rows(0) > 0
+
     def abort_all(self, error: str) -> None:
         """Finish every running and waiting sequence with ``abort``."""
         seqs = [*self.rows, *self.waiting]
@@ -118,7 +130,10 @@ class Scheduler:
         self._preempt_runahead()
         admitted: list[SequenceState] = []
         while self.waiting and len(self.rows) + len(admitted) < self.max_batch:
-            admitted.append(self._next_waiting())
+            seq = self._next_waiting(admitted)
+            if seq is None:
+                break
+            admitted.append(seq)
         if self.rows:
             self.joined_running += len(admitted)
         # Sequences admitted together with the same prompt (a GRPO group's samples): prefill one,
@@ -141,28 +156,54 @@ class Scheduler:
         if self.rows:
             self._decode()
 
-    def _next_waiting(self) -> SequenceState:
-        """Pop the first live waiting sequence, else the first run-ahead one."""
+    def _next_waiting(self, admitted: Sequence[SequenceState]) -> SequenceState | None:
+        """Pop the first live waiting sequence, else the first run-ahead one if a row is spare.
+
+        ``admitted``: the sequences this step already admitted (they count as rows).
+        """
         for i, seq in enumerate(self.waiting):
             if seq.request.priority == "live":
                 del self.waiting[i]
                 break
         else:
+            rows = [*self.rows, *admitted]
+            live = sum(1 for s in rows if s.request.priority == "live")
+            if len(rows) - live >= self._spare_rows(live):
+                return None  # run-ahead would slow the live rows' steps: it waits
             seq = self.waiting.popleft()
         seq.admitted = self._admissions
         self._admissions += 1
         return seq
 
+    def _spare_rows(self, live: int) -> int:
+        """Run-ahead rows a step of ``live`` live rows may carry.
+
+        The rows the live rows' steps have idle (the cost model's plain-step fit), while run-ahead
+        pays for itself here (:class:`RunAheadGate`); none otherwise.
+        """
+        if self.speculator is None:
+            return self.max_batch
+        spare = self.speculator.cost.spare_rows(live)
+        if spare >= self.max_batch:  # spec.runahead_slowdown at its "no limit" value
+            return spare
+        return spare if self.runahead_gate.open() else 0
+
     def _preempt_runahead(self) -> None:
-        """Free the rows of the newest run-ahead sequences for live ones that would wait otherwise."""
-        if not any(s.request.priority == "runahead" for s in self.rows):
+        """Free the rows of the newest run-ahead sequences that live ones need or that are not spare.
+
+        Live sequences that would wait otherwise take rows first; run-ahead rows past what the live
+        rows' steps can carry (:meth:`_spare_rows`) are given up too.
+        """
+        runahead = [i for i, s in enumerate(self.rows) if s.request.priority == "runahead"]
+        if not runahead:
             return
         live_waiting = sum(1 for s in self.waiting if s.request.priority == "live")
         short = live_waiting - (self.max_batch - len(self.rows))
-        if short <= 0:
+        live = min(len(self.rows) - len(runahead) + live_waiting, self.max_batch)
+        excess = len(runahead) - self._spare_rows(live)
+        if max(short, excess) <= 0:
             return
-        runahead = [i for i, s in enumerate(self.rows) if s.request.priority == "runahead"]
-        victims = sorted(runahead, key=lambda i: self.rows[i].admitted, reverse=True)[:short]
+        victims = sorted(runahead, key=lambda i: self.rows[i].admitted, reverse=True)[: max(short, excess)]
         seqs = [self.rows[i] for i in victims]
         for i in victims:
             self._park(self.rows[i], i, self.rows[i].cached)
@@ -250,7 +291,10 @@ class Scheduler:
         self._row_params = None
         self.prefill_forwards += 1
         self.counters.add(prefill_forwards=1)
-        self.counters.add_time(prefill=time.perf_counter() - start_time)  # read back: synced
+        seconds = time.perf_counter() - start_time
+        self.counters.add_time(prefill=seconds)  # read back: synced
+        ahead = sum(n for s, n in zip(group, new, strict=True) if s.request.priority == "runahead")
+        self.runahead_gate.prefill(seconds, ahead, sum(new))
         self._finish_step(
             row_start,
             [Emitted([t], [lp]) for t, lp in zip(first, first_logprobs, strict=True)],
@@ -297,12 +341,21 @@ class Scheduler:
             return
         if spec is not None:
             spec.cost.observe_step(b, width, seconds)
+            self._charge_runahead(spec, b, width, seconds)
         for s in self.rows:
             s.decode_passes += 1
         self.decode_steps += 1
         self.peak_batch = max(self.peak_batch, b)
         self.counters.add(target_forwards=1)
         self._finish_step(0, emitted)
+
+    def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
+        """Enter a decode step in the run-ahead ledger: what its run-ahead rows cost and saved."""
+        ahead = sum(1 for s in self.rows if s.request.priority == "runahead")
+        alone = spec.cost.step_seconds(batch - ahead, width) if ahead < batch else 0.0
+        self.runahead_gate.decode(seconds, min(alone, seconds), ahead)
+        if width > 1:
+            self.runahead_gate.credit(spec.last_runahead_accepted, spec.cost.step_seconds(batch, 1), batch)
 
     def _plain_decode(self) -> list[Emitted]:
         """One token per row: the classic decode forward."""

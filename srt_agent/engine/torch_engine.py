@@ -504,7 +504,7 @@ class TorchEngine:
         while True:
             # Block while idle (no busy spin); otherwise only drain what has arrived.
             items: list[object] = []
-            if not scheduler.has_work():
+            if not scheduler.can_step():
                 scheduler.counters.idle_begin()
                 items.append(self._inbox.get())
                 scheduler.counters.idle_end()
@@ -517,7 +517,7 @@ class TorchEngine:
                 if item is _STOP:
                     return
                 self._handle(item)
-            if scheduler.has_work():
+            if scheduler.can_step():
                 try:
                     self._timed_step()
                 except Exception as exc:  # keep serving later requests whatever happened

@@ -77,6 +77,10 @@ from srt_agent.engine.speculation.spec_config import SpecConfig
 _YIELD_DECAY = 0.9  # per lookup step: the realised yield of lookups follows the last ~10 of them
 
 
+_NO_RUNAHEAD_LIMIT = 10.0  # spec.runahead_slowdown at which run-ahead rows are not limited
+_UNLIMITED_ROWS = 1 << 30
+
+
 @dataclass(frozen=True)
 class Ranked:
     """A draft's nodes in the order they are worth verifying, each with its expected acceptance.
@@ -200,6 +204,21 @@ class CostModel:
         if self.verify_extra.observed:
             return plain + self.verify_extra.predict(drafted)
         return plain + self.time.coefficients()[1] * drafted
+
+    def spare_rows(self, live: int) -> int:
+        """Run-ahead rows a decode step of ``live`` live rows can take within ``runahead_slowdown``.
+
+        By the plain-step fit ``a + b * rows``: the most ``k`` with ``time(live + k) <= (1 + s) *
+        time(live)``. With no live rows it is sized as for one: a live request that arrives while
+        run-ahead rows step or prefill waits for them (on 2 CPU cores a run-ahead prefill of a
+        Retail prompt takes tens of milliseconds), so run-ahead there too needs rows that are cheap.
+        """
+        slowdown = self.config.runahead_slowdown
+        a, b = self.time.coefficients()
+        if slowdown >= _NO_RUNAHEAD_LIMIT or b <= 0.0:
+            return _UNLIMITED_ROWS
+        base = max(live, 1)
+        return int(slowdown * (a + b * base) / b)
 
     def max_width(self, batch: int) -> int:
         """Widest verify forward (1 + draft tokens per row) the limits allow for ``batch`` rows.

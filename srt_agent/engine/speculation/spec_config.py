@@ -59,3 +59,13 @@ class SpecConfig(BaseModel):
         le=1.0,
         description="Fraction of decode time the probes may cost when drafts never pay; sizes each probe.",
     )
+    runahead_slowdown: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=10.0,
+        description="Most a decode step may slow down for the run-ahead rows in it, by the cost model's "
+        "plain-step fit (run-ahead uses idle capacity only). On a GPU extra rows are nearly free up to "
+        "tens of rows; on a CPU each row costs about as much as the last, so few or none run. Run-ahead "
+        "also stops where its drafts do not pay for its forwards (see engine/speculation/runahead_gate.py). "
+        "10: no limit (run-ahead takes every row live requests leave free).",
+    )

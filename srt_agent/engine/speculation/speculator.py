@@ -145,6 +145,7 @@ class Speculator:
         if graphs is not None and graphs.fits(1, 1 + config.max_draft_tokens):
             self.cost.fixed_width = graphs.max_width  # static verify steps are padded to it
         self.last_width = 1  # tree positions per row of the last verify forward, padding included
+        self.last_runahead_accepted = 0  # accepted draft tokens from run-ahead in the last verify step
         if config.enabled and config.adaptive:
             # Once, at construction (not inside a generation): the cost model's prior.
             self.cost.set_prior(self._calibrate())
@@ -327,6 +328,7 @@ class Speculator:
                 runahead = sum(1 for j in verdict.accepted if draft.runahead[j]) if draft.runahead else 0
                 verified.append((draft.source, len(draft), len(verdict.accepted), runahead))
         self.counters.add_verified_many(verified)
+        self.last_runahead_accepted = sum(v[3] for v in verified)
         self.cost.observe_verify(drafts, accepted, [s.request.draft_group for s in rows])
         self.counters.add(verify_forwards=1)
         self.counters.add_time(forward=forwarded - start, verify=time.perf_counter() - forwarded)
