@@ -16,7 +16,7 @@ subclasses live beside the code that raises them:
   ``srt_agent.rollout.trace.TraceFormatError``, ``srt_agent.recipe.build.BuildDirError``;
 * runs: ``srt_agent.train.trainer.TrainError``, ``srt_agent.evaluation.runner.ModelLoadError``,
   ``srt_agent.rollout.episode.EnvContractError``, ``srt_agent.tree_cache.CacheIntegrityError``;
-* serving: ``srt_agent.serving.client.EngineConnectionError``, ``srt_agent.serving.wire.WireError``;
+* serving: ``srt_agent.serving.client.EngineConnectionError``, ``srt_agent.serving.bodies.WireError``;
 * the built-in tools and envs: ``CalculatorError``, ``SearchError``, ``FetchRefused``,
   ``FetchFailed`` (``srt_agent.tools``), ``RetailError`` (``srt_agent.envs.retail``).
 

@@ -48,7 +48,7 @@ from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer  # noqa: 
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator  # noqa: E402
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer  # noqa: E402
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call  # noqa: E402
-from train_fixtures import save_tiny_policy  # noqa: E402
+from train_fixtures import save_peaked_policy  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from srt_agent.integrations.openrlhf.learner_patch import sglang_sync_group  # noqa: E402
@@ -163,7 +163,7 @@ def test_one_grpo_step_of_openrlhf_against_serve(
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
-    model_dir = save_tiny_policy(tmp_path / "policy")
+    model_dir = save_peaked_policy(tmp_path / "policy")  # drafts from sibling samples get accepted
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = _args()
     strategy = _Strategy(args)
@@ -188,12 +188,12 @@ def test_one_grpo_step_of_openrlhf_against_serve(
         assert len(samples) == N_PROMPTS * N_SAMPLES
         assert len({tuple(e.sequences[0].tolist()) for e in samples}) == len(samples)  # sampled apart
         assert all(e.rollout_log_probs is not None and e.rewards is not None for e in samples)
-        # The rollout server drafted from its tree cache (a prompt's samples draft from each other)
-        # and verified the drafts. (Acceptance needs a policy less uniform than this tiny random
-        # one: tests/test_serving.py asserts it, greedy, on srt-agent serve.)
+        # The rollout server drafted from its tree cache (a prompt's samples draft from each other),
+        # verified the drafts and accepted some: fewer forwards than tokens.
         info = ray.get(engines[0].server_info.remote())
         assert info["speculative_algorithm"] == "SRT", info
-        assert info["verify_forwards"] > 0 and info["nodes_drafted"] > 0, info
+        assert info["verify_forwards"] > 0 and info["nodes_accepted"] > 0, info
+        assert info["row_steps"] < info["tokens"], info
 
         # 3. The experience maker: learner log-probs, GRPO advantages.
         maker = RemoteExperienceMaker(

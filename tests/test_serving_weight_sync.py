@@ -239,14 +239,26 @@ def test_weight_update_session_rules(server: EngineServer, client: SGLangEngine)
     with pytest.raises(RuntimeError, match="CUDA IPC"):
         client.update_weights_from_serialized(["payload"])
     client.end_weight_update()
-    # Malformed bodies, and what SGLang's scheduler would have died of, are plain refusals.
-    with pytest.raises(ValueError, match="would have died"):
+    # Malformed bodies, and what SGLang's scheduler would have died of (an empty group name), are
+    # plain refusals naming the field: the client's own body model refuses before sending, and the
+    # server refuses the same body from any other client.
+    with pytest.raises(ValueError, match="group_name"):
         client.init_weights_update_group("127.0.0.1", 1, 1, 2, group_name="", backend="gloo")
+    empty = {
+        "master_address": "127.0.0.1",
+        "master_port": 1,
+        "rank_offset": 1,
+        "world_size": 2,
+        "group_name": "",
+    }
+    refused = httpx.post(f"{server.url}/init_weights_update_group", json=empty)
+    assert refused.status_code == 400 and "group_name" in refused.json()["error"]["message"]
     bad = httpx.post(
         f"{server.url}/update_weights_from_distributed", json={"names": "x", "dtypes": [], "shapes": []}
     )
-    assert bad.status_code == 400 and "names must be list" in bad.json()["error"]["message"]
-    assert httpx.post(f"{server.url}/pause_generation", json={"mode": "keep"}).status_code == 400
+    assert bad.status_code == 400 and "names: Input should be a valid list" in bad.json()["error"]["message"]
+    pause = httpx.post(f"{server.url}/pause_generation", json={"mode": "keep"})
+    assert pause.status_code == 400 and "mode: Input should be 'abort', 'retract' or 'in_place'" in pause.text
     assert update_request([("w", torch.zeros(2, 3, dtype=torch.bfloat16))], group_name=GROUP)["dtypes"] == [
         "bfloat16"
     ]

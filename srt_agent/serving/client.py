@@ -33,7 +33,17 @@ import tenacity
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, check_room
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.errors import SrtAgentError
-from srt_agent.serving.wire import WireError, output_from_wire, request_to_wire
+from srt_agent.serving.bodies import (
+    BeginUpdateBody,
+    DestroyGroupBody,
+    InitGroupBody,
+    Selector,
+    UpdateFromDiskBody,
+    UpdateFromDistributedBody,
+    UpdateFromTensorBody,
+    WireError,
+)
+from srt_agent.serving.wire import output_from_wire, request_to_wire
 
 if TYPE_CHECKING:
     import torch
@@ -206,7 +216,7 @@ class SGLangEngine:
         Raises:
             RuntimeError: The server answered ``success: false``.
         """
-        body = {"model_path": str(model_path), "flush_cache": flush_cache}
+        body = UpdateFromDiskBody(model_path=str(model_path), flush_cache=flush_cache).wire()
         answer = self._run(self._call("POST", "/update_weights_from_disk", body))
         self._check_success(answer, f"load {model_path}")
 
@@ -247,12 +257,11 @@ class SGLangEngine:
         Raises:
             RuntimeError: The server refused the weights (outside a session, say).
         """
-        body: dict[str, Any] = {
-            "serialized_named_tensors": list(serialized_named_tensors),
-            "flush_cache": flush_cache,
-        }
-        if load_format is not None:
-            body["load_format"] = load_format
+        body = UpdateFromTensorBody(
+            serialized_named_tensors=list(serialized_named_tensors),
+            flush_cache=flush_cache,
+            load_format=load_format,
+        ).wire()
         answer = self._run(self._call("POST", "/update_weights_from_tensor", body))
         self._check_success(answer, "load the weights")
 
@@ -278,14 +287,14 @@ class SGLangEngine:
         Raises:
             RuntimeError: The server could not join (e.g. the rendezvous timed out).
         """
-        body = {
-            "master_address": master_address,
-            "master_port": master_port,
-            "rank_offset": rank_offset,
-            "world_size": world_size,
-            "group_name": group_name,
-            "backend": backend,
-        }
+        body = InitGroupBody(
+            master_address=master_address,
+            master_port=master_port,
+            rank_offset=rank_offset,
+            world_size=world_size,
+            group_name=group_name,
+            backend=backend,
+        ).wire()
         answer = self._run(self._call("POST", "/init_weights_update_group", body))
         self._check_success(answer, f"join weight-sync group {group_name!r}")
 
@@ -295,16 +304,18 @@ class SGLangEngine:
         Raises:
             RuntimeError: No such group.
         """
-        answer = self._run(self._call("POST", "/destroy_weights_update_group", {"group_name": group_name}))
+        body = DestroyGroupBody(group_name=group_name).wire()
+        answer = self._run(self._call("POST", "/destroy_weights_update_group", body))
         self._check_success(answer, f"leave weight-sync group {group_name!r}")
 
-    def begin_weight_update(self, selector: str = "all") -> None:
+    def begin_weight_update(self, selector: Selector = "all") -> None:
         """Open the weight-update session SGLang 0.5.23 requires around ``update_weights_from_*``.
 
         Raises:
             RuntimeError: A session is open already.
         """
-        answer = self._run(self._call("POST", "/begin_weight_update", {"selector": selector}))
+        body = BeginUpdateBody(selector=selector).wire()
+        answer = self._run(self._call("POST", "/begin_weight_update", body))
         self._check_success(answer, "open a weight update session")
 
     def end_weight_update(self) -> None:
@@ -317,7 +328,7 @@ class SGLangEngine:
         self._check_success(answer, "close the weight update session")
 
     @contextlib.contextmanager
-    def weight_update_session(self, selector: str = "all") -> Iterator[None]:
+    def weight_update_session(self, selector: Selector = "all") -> Iterator[None]:
         """``begin_weight_update`` ... ``end_weight_update``; the session is closed even on an error."""
         self.begin_weight_update(selector)
         try:
@@ -360,20 +371,18 @@ class SGLangEngine:
             RuntimeError: The server refused (outside a session, an unknown group, a wrong name or
                 shape), or the flush failed.
         """
-        body: dict[str, Any] = {
-            "names": list(names),
-            "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
-            "shapes": [[int(n) for n in s] for s in shapes],
-            "group_name": group_name,
-            "flush_cache": flush_cache,
-            "abort_all_requests": abort_all_requests,
-        }
-        if load_format is not None:
-            body["load_format"] = load_format
-        if weight_version is not None:
-            body["weight_version"] = weight_version
+        body = UpdateFromDistributedBody(
+            names=list(names),
+            dtypes=[str(d).removeprefix("torch.") for d in dtypes],
+            shapes=[[int(n) for n in s] for s in shapes],
+            group_name=group_name,
+            flush_cache=flush_cache,
+            load_format=load_format,
+            abort_all_requests=abort_all_requests,
+            weight_version=weight_version,
+        ).wire()
         answer = self._run(self._call("POST", "/update_weights_from_distributed", body))
-        self._check_success(answer, f"receive {len(body['names'])} tensor(s) over {group_name!r}")
+        self._check_success(answer, f"receive {len(names)} tensor(s) over {group_name!r}")
 
     def _check_success(self, answer: Any, what: str) -> None:
         """Raise when a ``{"success": ..., "message": ...}`` answer says the server could not ``what``."""

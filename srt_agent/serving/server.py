@@ -64,14 +64,28 @@ from collections.abc import Iterator
 from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
-from srt_agent.errors import describe_fault, shown
+from srt_agent.errors import describe_fault
 from srt_agent.serving.asgi import MAX_JSON_DEPTH, Endpoint, build_app, deadline_protocol
 from srt_agent.serving.asgi import HTTPError as _HTTPError
-from srt_agent.serving.wire import WireError, batch_shape, output_to_wire, requests_from_wire
+from srt_agent.serving.bodies import (
+    BeginUpdateBody,
+    Body,
+    ContinueBody,
+    DestroyGroupBody,
+    InitGroupBody,
+    MemoryBody,
+    PauseBody,
+    UpdateFromDiskBody,
+    UpdateFromDistributedBody,
+    UpdateFromTensorBody,
+    WireError,
+    parse_body,
+)
+from srt_agent.serving.wire import batch_shape, output_to_wire, requests_from_wire
 
 if TYPE_CHECKING:
     import torch.distributed
@@ -99,10 +113,9 @@ KEEP_ALIVE_S = 60
 MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
 """SGLang's ``GPU_MEMORY_ALL_TYPES``: what ``tags: null`` releases or resumes."""
 
-PAUSE_MODES = ("abort", "retract", "in_place")
 
 _SGLANG_DIES = "SGLang 0.5.23's scheduler would have died here"
-_REQUIRED = object()
+B = TypeVar("B", bound=Body)
 
 
 class EngineServer:
@@ -322,15 +335,14 @@ class EngineServer:
     def _update_from_disk(self, body: Any) -> tuple[HTTPStatus, Any]:
         from srt_agent.engine.hf_checkpoint import CheckpointError, read_state_dict
 
-        path = body.get("model_path") if isinstance(body, dict) else None
-        if not isinstance(path, str) or not path:
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, "model_path (a checkpoint directory) is required")
+        request = _parse(UpdateFromDiskBody, body)
+        path = request.model_path
         with self._updating:
             try:
                 self.engine.update_weights(read_state_dict(path))
             except (CheckpointError, OSError) as exc:
                 return HTTPStatus.BAD_REQUEST, {"success": False, "message": describe_fault(exc)}
-            if body.get("flush_cache", True):
+            if request.flush_cache:
                 self.engine.flush_cache()
         # The tree cache is kept: earlier rollouts stay valid drafts (verification keeps exactness).
         return HTTPStatus.OK, {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
@@ -341,29 +353,22 @@ class EngineServer:
 
     # ------------------------------------------------------------------ weight sync (SGLang's RL API)
     def _init_group(self, body: Any) -> tuple[HTTPStatus, Any]:
-        from srt_agent.serving.weight_sync import (
-            DEFAULT_GROUP_NAME,
-            init_custom_process_group,
-            tcp_init_method,
-        )
+        from srt_agent.serving.weight_sync import init_custom_process_group, tcp_init_method
 
-        address = _field(body, "master_address", str)
-        port = _field(body, "master_port", int)
-        rank = _field(body, "rank_offset", int)  # plus the TP rank, 0 here
-        world_size = _field(body, "world_size", int)
-        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
-        backend = _field(body, "backend", str, "nccl")
-        if not name:
-            raise _HTTPError(
-                HTTPStatus.BAD_REQUEST, f"group_name must not be empty ({_SGLANG_DIES}: an assert)"
-            )
+        request = _parse(InitGroupBody, body)  # an empty group_name is refused: SGLang asserts on it
+        name, backend = request.group_name, request.backend
         if name in self._groups:
             return _failure(f"Failed to initialize custom process group: a group named {name!r} exists.")
         # The rendezvous returns once every rank (the learner's rank 0 too) has joined; this request's
         # handler thread waits for it, the server's other requests go on.
         try:
             group = init_custom_process_group(
-                backend, tcp_init_method(address, port), world_size, rank, name, timeout=self.group_timeout
+                backend,
+                tcp_init_method(request.master_address, request.master_port),
+                request.world_size,
+                request.rank_offset,  # plus the TP rank, 0 here
+                name,
+                timeout=self.group_timeout,
             )
         except Exception as exc:  # noqa: BLE001 - SGLang answers any failure to join as success: false
             log.warning("joining weight-sync group %r failed: %s", name, describe_fault(exc))
@@ -373,9 +378,7 @@ class EngineServer:
         return HTTPStatus.OK, {"success": True, "message": "Succeeded to initialize custom process group."}
 
     def _destroy_group_route(self, body: Any) -> tuple[HTTPStatus, Any]:
-        from srt_agent.serving.weight_sync import DEFAULT_GROUP_NAME
-
-        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
+        name = _parse(DestroyGroupBody, body).group_name
         try:
             with self._groups_lock:
                 if name not in self._groups:
@@ -392,11 +395,7 @@ class EngineServer:
         dist.destroy_process_group(group)
 
     def _begin_update(self, body: Any) -> tuple[HTTPStatus, Any]:
-        selector = _field(body, "selector", str, "all")
-        if selector not in ("target", "draft", "all"):
-            raise _HTTPError(
-                HTTPStatus.BAD_REQUEST, f"selector must be 'target', 'draft' or 'all', got {shown(selector)}"
-            )
+        selector = _parse(BeginUpdateBody, body).selector
         with self._weights_exclusive():
             if self._session is not None:
                 return _failure("a weight-update session is already open; call end_weight_update() first")
@@ -412,20 +411,11 @@ class EngineServer:
 
     def _update_from_distributed(self, body: Any) -> tuple[HTTPStatus, Any]:
         from srt_agent.engine.hf_checkpoint import CheckpointError
-        from srt_agent.serving.weight_sync import DEFAULT_GROUP_NAME, receive_tensors
+        from srt_agent.serving.weight_sync import receive_tensors
 
-        names = _field(body, "names", list)
-        dtypes = _field(body, "dtypes", list)
-        shapes = _field(body, "shapes", list)
-        name = _field(body, "group_name", str, DEFAULT_GROUP_NAME)
-        flush = _field(body, "flush_cache", bool, True)
-        load_format = _field(body, "load_format", (str, type(None)), None)
-        _field(body, "selector", str, "all")
-        if not all(isinstance(n, str) for n in names) or not all(isinstance(d, str) for d in dtypes):
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, "names and dtypes must be lists of strings")
-        if not all(isinstance(s, list) and all(type(n) is int for n in s) for s in shapes):
-            raise _HTTPError(HTTPStatus.BAD_REQUEST, "shapes must be a list of lists of ints")
-        if _field(body, "abort_all_requests", bool, False):
+        request = _parse(UpdateFromDistributedBody, body)
+        name = request.group_name
+        if request.abort_all_requests:
             self._abort_running("aborted for a weight update")
         with self._weights_exclusive():
             if self._session is None:
@@ -443,11 +433,11 @@ class EngineServer:
                     group, backend = self._groups[name]
                     tensors = receive_tensors(
                         group,
-                        names,
-                        dtypes,
-                        shapes,
+                        request.names,
+                        request.dtypes,
+                        request.shapes,
                         device=self._receive_device(backend),
-                        load_format=load_format,
+                        load_format=request.load_format,
                     )
             except Exception as exc:  # noqa: BLE001 - as SGLang: any failure to receive is success false
                 return _failure(f"Failed to receive weights: {describe_fault(exc)}")
@@ -462,7 +452,7 @@ class EngineServer:
             except (CheckpointError, ValueError) as exc:
                 return _failure(f"Failed to update parameter online: {describe_fault(exc)}")
             self._session["loaded"] = True
-            if flush and not self._flush_if_idle():
+            if request.flush_cache and not self._flush_if_idle():
                 return _failure(
                     "Weights were updated, but the cache was not flushed because requests are still "
                     "running or queued. Retract or finish them, then call /flush_cache."
@@ -470,12 +460,7 @@ class EngineServer:
         return HTTPStatus.OK, {"success": True, "message": "Succeeded to update parameter online."}
 
     def _update_from_tensor(self, body: Any) -> tuple[HTTPStatus, Any]:
-        payloads = _field(body, "serialized_named_tensors", list)
-        if not all(isinstance(p, str) for p in payloads):
-            raise _HTTPError(
-                HTTPStatus.BAD_REQUEST, "serialized_named_tensors must be a list of base64 strings"
-            )
-        if _field(body, "abort_all_requests", bool, False):
+        if _parse(UpdateFromTensorBody, body).abort_all_requests:
             self._abort_running("aborted for a weight update")
         with self._weights_exclusive():
             if self._session is None:
@@ -500,11 +485,7 @@ class EngineServer:
 
     # ------------------------------------------------------------------ pause, memory
     def _pause(self, body: Any) -> tuple[HTTPStatus, Any]:
-        mode = _field(body, "mode", str, "abort")
-        if mode not in PAUSE_MODES:
-            raise _HTTPError(
-                HTTPStatus.BAD_REQUEST, f"mode must be one of {list(PAUSE_MODES)}, got {shown(mode)}"
-            )
+        mode = _parse(PauseBody, body).mode
         with self._state:
             self._paused = mode
             self._state.notify_all()
@@ -513,7 +494,7 @@ class EngineServer:
         return HTTPStatus.OK, {"message": "Generation paused successfully.", "status": "ok"}
 
     def _continue(self, body: Any) -> tuple[HTTPStatus, Any]:
-        empty_cache = _field(body, "torch_empty_cache", bool, True)
+        empty_cache = _parse(ContinueBody, body).torch_empty_cache
         with self._state:
             # A paused weight update holds SGLang's pause condition: continuing waits for it.
             self._state.wait_for(lambda: not (self._writer and self._paused is not None))
@@ -624,20 +605,12 @@ class EngineServer:
                     return
 
 
-def _field(body: Any, name: str, kind: type | tuple[type, ...], default: Any = _REQUIRED) -> Any:
-    """``body[name]`` checked against ``kind`` (a bool is not an int), or ``default`` if absent or null."""
-    if not isinstance(body, dict):
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"the body must be a JSON object, got {type(body).__name__}")
-    value = body.get(name)
-    if value is None and default is not _REQUIRED:
-        return default
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if value is None and type(None) not in kinds:
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} is required")
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise _HTTPError(HTTPStatus.BAD_REQUEST, f"{name} must be {names}, got {shown(value)}")
-    return value
+def _parse(model: type[B], body: Any) -> B:
+    """``body`` read as ``model``; a malformed body is a 400 naming the field."""
+    try:
+        return parse_body(model, body)
+    except WireError as exc:
+        raise _HTTPError(HTTPStatus.BAD_REQUEST, str(exc)) from None
 
 
 def _failure(message: str) -> tuple[HTTPStatus, Any]:
@@ -647,7 +620,7 @@ def _failure(message: str) -> tuple[HTTPStatus, Any]:
 
 def _memory_tags(body: Any) -> list[str]:
     """The ``tags`` of a memory release or resume: null or ``[]`` mean all of :data:`MEMORY_TAGS`."""
-    tags = _field(body, "tags", list, None)
+    tags = _parse(MemoryBody, body).tags
     if not tags:
         return list(MEMORY_TAGS)
     unknown = [t for t in tags if t not in MEMORY_TAGS]

@@ -28,8 +28,9 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from srt_agent.serving.bodies import DEFAULT_GROUP_NAME, UpdateFromDistributedBody
+
 __all__ = [
-    "DEFAULT_GROUP_NAME",
     "FLATTENED_BUCKET",
     "WeightSender",
     "dtype_from_name",
@@ -40,8 +41,6 @@ __all__ = [
     "update_request",
 ]
 
-DEFAULT_GROUP_NAME = "weight_update_group"
-"""SGLang's default ``group_name`` (OpenRLHF sends ``"openrlhf"``)."""
 
 FLATTENED_BUCKET = "flattened_bucket"
 """The ``load_format`` whose tensors travel as one ``uint8`` buffer (SGLang's ``FlattenedTensorBucket``)."""
@@ -208,16 +207,14 @@ def update_request(
 ) -> dict[str, Any]:
     """The ``/update_weights_from_distributed`` body that describes ``named`` (in its order)."""
     pairs = list(named)
-    body: dict[str, Any] = {
-        "names": [name for name, _ in pairs],
-        "dtypes": [dtype_name(t.dtype) for _, t in pairs],
-        "shapes": [list(t.shape) for _, t in pairs],
-        "group_name": group_name,
-        "flush_cache": flush_cache,
-    }
-    if load_format is not None:
-        body["load_format"] = load_format
-    return body
+    return UpdateFromDistributedBody(
+        names=[name for name, _ in pairs],
+        dtypes=[dtype_name(t.dtype) for _, t in pairs],
+        shapes=[list(t.shape) for _, t in pairs],
+        group_name=group_name,
+        flush_cache=flush_cache,
+        load_format=load_format,
+    ).wire()
 
 
 class WeightSender:

@@ -8,8 +8,9 @@ A request is ``{"input_ids": [...], "sampling_params": {...}, "return_logprob": 
 the request). The field names follow ``sglang==0.5.23``'s ``GenerateReqInput`` and
 ``SamplingParams``; fields srt-agent does not use are ignored by both sides.
 
-Conversions raise :class:`WireError` naming the field, so a server answers 400 with it and a
-client reports which part of a server's answer it could not read.
+Requests travel as the pydantic bodies of :mod:`srt_agent.serving.bodies` (the client and the server
+share them). Conversions raise :class:`~srt_agent.serving.bodies.WireError` naming the field, so a
+server answers 400 with it and a client reports which part of a server's answer it could not read.
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ from typing import Any
 
 from srt_agent.contracts.draft import StreamKind
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest, SamplingParams
-from srt_agent.errors import SrtAgentError
+from srt_agent.serving.bodies import (
+    GenerateBatchBody,
+    GenerateBody,
+    SamplingParamsBody,
+    WireError,
+    parse_body,
+)
 
 __all__ = [
     "RUNAHEAD_PRIORITY",
-    "WireError",
     "batch_shape",
     "output_from_wire",
     "output_to_wire",
@@ -38,24 +44,6 @@ first by default, and live requests carry none (0); srt-agent's own server admit
 ones and preempts them for live ones."""
 
 
-class WireError(SrtAgentError, ValueError):
-    """A request or response does not have the shape of SGLang's native API."""
-
-
-def _field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
-    value = obj[name]
-    if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else ()):
-        raise WireError(f"{where}.{name} must be {_names(kind)}, got {value!r}")
-    if not isinstance(value, kind):
-        raise WireError(f"{where}.{name} must be {_names(kind)}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _names(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(k.__name__ for k in kinds)
-
-
 def _token_ids(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(type(t) is int and t >= 0 for t in value):
         raise WireError(f"{where} must be a list of token ids (ints >= 0)")
@@ -63,72 +51,47 @@ def _token_ids(value: Any, where: str) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- sampling parameters
-def sampling_to_wire(params: SamplingParams) -> dict[str, Any]:
+def sampling_to_wire(params: SamplingParams) -> SamplingParamsBody:
     """SGLang ``sampling_params`` for ``params`` (stop tokens and strings kept in the output)."""
-    out: dict[str, Any] = {
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": params.top_k if params.top_k > 0 else -1,  # SGLang: -1 disables
-        "max_new_tokens": params.max_new_tokens,
-        "stop_token_ids": list(params.stop_token_ids),
-        "stop": list(params.stop_strings),
-        "no_stop_trim": True,  # the rollout keeps the stop token: the learner trains on it
-        "skip_special_tokens": False,
+    return SamplingParamsBody(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,  # SGLang: -1 disables
+        max_new_tokens=params.max_new_tokens,
+        stop_token_ids=list(params.stop_token_ids),
+        stop=list(params.stop_strings),
+        no_stop_trim=True,  # the rollout keeps the stop token: the learner trains on it
+        skip_special_tokens=False,
         # Stop only on the caller's stop tokens: the chat format, not the model config, knows
         # which tokens end a turn.
-        "ignore_eos": True,
-    }
-    if params.seed is not None:
-        out["sampling_seed"] = params.seed
-    return out
+        ignore_eos=True,
+        sampling_seed=params.seed,
+    )
 
 
-def sampling_from_wire(raw: Any, where: str = "sampling_params") -> SamplingParams:
-    """The :class:`SamplingParams` of an SGLang ``sampling_params`` object.
+def sampling_from_wire(body: SamplingParamsBody | None, where: str = "sampling_params") -> SamplingParams:
+    """The :class:`SamplingParams` of an SGLang ``sampling_params`` body (``None``: the defaults).
 
     Raises:
-        WireError: Not an object, a field of the wrong type or out of range, or an option
-            srt-agent's engine does not implement set to a non-default value (so nothing is
-            silently sampled otherwise than asked).
+        WireError: A value :class:`SamplingParams` refuses (a non-finite temperature, say).
     """
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise WireError(f"{where} must be an object, got {type(raw).__name__}")
-    unsupported = {
-        "min_p": 0.0,
-        "frequency_penalty": 0.0,
-        "presence_penalty": 0.0,
-        "repetition_penalty": 1.0,
-        "min_new_tokens": 0,
-        "n": 1,
-        "regex": None,
-        "json_schema": None,
-        "ebnf": None,
-    }
-    for name, default in unsupported.items():
-        if name in raw and raw[name] != default:
-            raise WireError(f"{where}.{name} = {raw[name]!r} is not supported by this engine (leave it out)")
+    if body is None:
+        return SamplingParams()
     kw: dict[str, Any] = {}
-    if "temperature" in raw:
-        kw["temperature"] = float(_field(raw, "temperature", (int, float), where))
-    if "top_p" in raw:
-        kw["top_p"] = float(_field(raw, "top_p", (int, float), where))
-    if "top_k" in raw:
-        top_k = _field(raw, "top_k", int, where)
-        kw["top_k"] = 0 if top_k in (-1, 0) or top_k >= 1 << 30 else top_k
-    if "max_new_tokens" in raw:
-        kw["max_new_tokens"] = _field(raw, "max_new_tokens", int, where)
-    if raw.get("stop_token_ids") is not None:
-        kw["stop_token_ids"] = _token_ids(raw["stop_token_ids"], f"{where}.stop_token_ids")
-    stop = raw.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise WireError(f"{where}.stop must be a string or a list of non-empty strings")
-        kw["stop_strings"] = tuple(stops)
-    if raw.get("sampling_seed") is not None:
-        kw["seed"] = _field(raw, "sampling_seed", int, where)
+    if body.temperature is not None:
+        kw["temperature"] = body.temperature
+    if body.top_p is not None:
+        kw["top_p"] = body.top_p
+    if body.top_k is not None:
+        kw["top_k"] = 0 if body.top_k in (-1, 0) or body.top_k >= 1 << 30 else body.top_k
+    if body.max_new_tokens is not None:
+        kw["max_new_tokens"] = body.max_new_tokens
+    if body.stop_token_ids is not None:
+        kw["stop_token_ids"] = tuple(body.stop_token_ids)
+    if body.stop is not None:
+        kw["stop_strings"] = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop)
+    if body.sampling_seed is not None:
+        kw["seed"] = body.sampling_seed
     try:
         return SamplingParams(**kw)
     except ValueError as exc:
@@ -138,23 +101,17 @@ def sampling_from_wire(raw: Any, where: str = "sampling_params") -> SamplingPara
 # --------------------------------------------------------------------------- requests
 def request_to_wire(request: GenerationRequest) -> dict[str, Any]:
     """The ``/generate`` body of one request (token ids in, token ids and logprobs out)."""
-    body: dict[str, Any] = {
-        "input_ids": list(request.prompt_ids),
-        "sampling_params": sampling_to_wire(request.params),
-        "return_logprob": True,
-        "logprob_start_len": -1,  # logprobs of the output only, not of the prompt
-        "rid": request.request_id,
-        "stream": False,
-    }
-    if request.priority == "runahead":
-        body["priority"] = RUNAHEAD_PRIORITY
-    # srt-agent's own fields (stock SGLang ignores unknown fields): the task lets srt-agent's server
-    # draft from the same task's earlier turns, the group keeps the cost model's calibration per env.
-    if request.task_id:
-        body["srt_task_id"] = request.task_id
-    if request.draft_group:
-        body["srt_draft_group"] = request.draft_group
-    return body
+    return GenerateBody(
+        input_ids=list(request.prompt_ids),
+        sampling_params=sampling_to_wire(request.params),
+        return_logprob=True,
+        logprob_start_len=-1,  # logprobs of the output only, not of the prompt
+        rid=request.request_id,
+        stream=False,
+        priority=RUNAHEAD_PRIORITY if request.priority == "runahead" else None,
+        srt_task_id=request.task_id,
+        srt_draft_group=request.draft_group,
+    ).wire()
 
 
 def requests_from_wire(body: Any, new_id: Any) -> list[GenerationRequest]:
@@ -168,44 +125,26 @@ def requests_from_wire(body: Any, new_id: Any) -> list[GenerationRequest]:
         WireError: Anything malformed (``text`` instead of ``input_ids`` included: this server
             is token-in/token-out).
     """
-    if not isinstance(body, Mapping):
-        raise WireError("the body must be a JSON object")
-    if "input_ids" not in body:
-        hint = " (text prompts are not accepted: send token ids)" if "text" in body else ""
-        raise WireError(f"input_ids is required{hint}")
-    ids = body["input_ids"]
-    batch = batch_shape(body)
-    prompts = ids if batch else [ids]
-    n = len(prompts)
-
-    def per_row(name: str, default: Any) -> list[Any]:
-        value = body.get(name, default)
-        if batch and isinstance(value, list) and name != "stop":
-            if len(value) != n:
-                raise WireError(f"{name} has {len(value)} entries for {n} prompts")
-            return value
-        return [value] * n
-
-    rids = per_row("rid", None)
-    params = per_row("sampling_params", None)
-    priorities = per_row("priority", None)
-    tasks = per_row("srt_task_id", "")
-    groups = per_row("srt_draft_group", "")
+    if isinstance(body, Mapping) and "input_ids" not in body and "text" in body:
+        raise WireError("input_ids is required (text prompts are not accepted: send token ids)")
+    if batch_shape(body):
+        batch = parse_body(GenerateBatchBody, body)
+        rows = [(batch.row(i), f"sampling_params[{i}]") for i in range(len(batch.input_ids))]
+    else:
+        rows = [(parse_body(GenerateBody, body), "sampling_params")]
     out: list[GenerationRequest] = []
-    for i in range(n):
-        where = f"input_ids[{i}]" if batch else "input_ids"
-        prompt = _token_ids(prompts[i], where)
-        if not prompt:
-            raise WireError(f"{where} is empty")
-        rid = rids[i] if rids[i] is not None else new_id()
-        if not isinstance(rid, str) or not rid:
-            raise WireError(f"rid must be a non-empty string, got {rid!r}")
-        priority: StreamKind = "runahead" if isinstance(priorities[i], int) and priorities[i] < 0 else "live"
-        sp = sampling_from_wire(params[i], f"sampling_params[{i}]" if batch else "sampling_params")
-        task, group = tasks[i], groups[i]
-        if not isinstance(task, str) or not isinstance(group, str):
-            raise WireError("srt_task_id and srt_draft_group must be strings")
-        out.append(GenerationRequest(rid, prompt, sp, task_id=task, priority=priority, draft_group=group))
+    for row, where in rows:
+        priority: StreamKind = "runahead" if row.priority is not None and row.priority < 0 else "live"
+        out.append(
+            GenerationRequest(
+                row.rid if row.rid is not None else new_id(),
+                tuple(row.input_ids),
+                sampling_from_wire(row.sampling_params, where),
+                task_id=row.srt_task_id,
+                priority=priority,
+                draft_group=row.srt_draft_group,
+            )
+        )
     return out
 
 
