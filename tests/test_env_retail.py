@@ -65,8 +65,12 @@ def test_oracle_solves_every_task_on_50_seeds() -> None:
         assert result.terminated and not result.truncated, seed
         assert result.final_info["db_match"] and result.final_info["missing_info"] == []
         assert STOP in result.transcript[-1].content
-        kinds[result.task_id.split("-")[1]] += 1
+        kind = result.task_id.split("-")[1]
+        assert result.final_info["task_kind"] == kind  # every info labels the task (per-kind figures)
+        kinds[kind] += 1
     assert set(kinds) == {"cancel", "return", "exchange", "info"}, kinds
+    _, info = env.reset(seed=3, options={"task_kind": "return"})
+    assert info["task_kind"] == "return"
 
 
 def test_same_seed_same_episode_and_seeds_differ() -> None:

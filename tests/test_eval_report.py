@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from srt_agent.chat.messages import user
+from srt_agent.contracts.speculation import SpecStats
 from srt_agent.evaluation import EVAL_SEED_END, EvalReport, eval_episodes, pass_hat_k, summarize
 from srt_agent.rollout import Trajectory, TurnRecord
+from srt_agent.train.step_metrics import rollout_metrics
 
 T, F = True, False
 
@@ -47,7 +49,9 @@ def test_pass_hat_k_equals_the_mean_over_every_k_subset_of_trials(tasks: list[li
     assert pass_hat_k(tasks, k) == pytest.approx(sum(brute) / len(brute))
 
 
-def traj(seed: int, trial: int, *, success: bool, status: str = "ok", reason: str = "") -> Trajectory:
+def traj(
+    seed: int, trial: int, *, success: bool, status: str = "ok", reason: str = "", kind: str | None = None
+) -> Trajectory:
     ids = (1, 2, 3, 4, 5, 6)
     return Trajectory(
         episode_id=f"e/{seed}/{trial}", env_id="srt/Calculator-v0", task_id=f"task-{seed}", seed=seed,
@@ -59,6 +63,7 @@ def traj(seed: int, trial: int, *, success: bool, status: str = "ok", reason: st
         total_reward=float(success), success=success, terminated=status == "ok",
         truncated=status == "truncated", status=status, reason=reason,  # type: ignore[arg-type]
         tool_calls=2, tool_errors=1, messages=(user("q"),), generation_s=0.5, env_s=0.25,
+        final_info={"task_kind": kind} if kind else {},
     )  # fmt: skip
 
 
@@ -98,13 +103,46 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
         "success_rate", "pass_hat_k", "pass_hat_1", "pass_hat_2", "mean_reward", "mean_turns",
         "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
         "tool_calls", "tool_errors", "mean_tool_calls", "ok", "truncated", "failed", "wall_s",
-        "generation_s", "env_s", "tokens_per_s", "schema",
+        "generation_s", "env_s", "tokens_per_s", "schema", "ending_terminated", "ending_env_truncated",
+        "ending_env_raised_valueerror",
     }  # fmt: skip
     assert set(flat) == expected
     out = io.StringIO()
     Console(file=out, width=100).print(report().table())
     text = out.getvalue()
     assert "pass^2" in text and "33.3%" in text and "env raised ValueError" in text
+
+
+def test_labelled_tasks_get_per_kind_figures_and_endings_their_shares() -> None:
+    trajectories = [
+        traj(0, 0, success=T, kind="cancel"),
+        traj(0, 1, success=T, kind="cancel"),
+        traj(1, 0, success=T, kind="info"),
+        traj(1, 1, success=F, status="truncated", reason="max_turns: 30 reached", kind="info"),
+        traj(2, 0, success=F, kind="info"),
+        traj(2, 1, success=F, status="failed", reason="internal error: x"),  # failed before reset
+        traj(3, 0, success=F, status="failed", reason="internal error: y"),
+        traj(3, 1, success=F, status="failed", reason="internal error: z"),
+    ]
+    r = summarize(trajectories, k=2, model="m", temperature=1.0, seed=0, wall_s=2.0)
+    assert set(r.kinds) == {"cancel", "info", "unlabelled"}  # seed 2's failed trial is an info task
+    cancel, info = r.kinds["cancel"], r.kinds["info"]
+    assert (cancel.episodes, cancel.success_rate, cancel.pass_hat) == (2, 1.0, (1.0, 1.0))
+    assert info.episodes == 4 and info.success_rate == 0.25
+    assert info.pass_hat == (0.25, 0.0)  # task 1: 1 of 2, task 2: 0 of 2
+    assert r.kinds["unlabelled"].episodes == 2
+    assert r.endings == {"terminated": 4, "max_turns": 1, "internal error": 3}
+    flat = r.flat()
+    assert flat["kind_cancel_success_rate"] == 1.0 and flat["kind_info_episodes"] == 4
+    assert flat["kind_cancel_pass_hat_2"] == 1.0 and flat["kind_info_mean_tool_calls"] == 2.0
+    assert flat["ending_terminated"] == 0.5 and flat["ending_max_turns"] == 0.125
+    out = io.StringIO()
+    Console(file=out, width=120).print(r.table())
+    assert "ended: terminated" in out.getvalue() and "cancel (2)" in out.getvalue()
+    unlabelled = summarize(trajectories[:2], k=2, model="m", temperature=1.0, seed=0, wall_s=1.0)
+    assert set(unlabelled.kinds) == {"cancel"}
+    plain = summarize([traj(0, 0, success=T)], k=1, model="m", temperature=1.0, seed=0, wall_s=1.0)
+    assert plain.kinds == {} and not any(key.startswith("kind_") for key in plain.flat())
 
 
 def test_eval_seeds_stay_below_the_demonstration_seeds() -> None:
@@ -118,3 +156,14 @@ def test_eval_seeds_stay_below_the_demonstration_seeds() -> None:
         eval_episodes("srt/Calculator-v0", 2, 1, first_seed=EVAL_SEED_END - 1)
     with pytest.raises(ValueError, match="k >= 1"):
         eval_episodes("srt/Calculator-v0", 2, 0)
+
+
+def test_training_step_metrics_carry_tool_errors_endings_and_kinds() -> None:
+    trajectories = [
+        traj(0, 0, success=T, kind="cancel"),
+        traj(1, 0, success=F, status="truncated", reason="max_turns: 30 reached", kind="info"),
+    ]
+    m = rollout_metrics(trajectories, 1.0, SpecStats())
+    assert m["tool_calls_mean"] == 2.0 and m["tool_error_rate"] == 0.5
+    assert m["ended_terminated"] == m["ended_max_turns"] == 0.5
+    assert (m["success_cancel"], m["success_info"], m["turns_info"]) == (1.0, 0.0, 2.0)

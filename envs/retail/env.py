@@ -106,6 +106,10 @@ class RetailEnv(MultiTurnEnv):
         return self._live().db
 
     # ---------------------------------------------------------------- MultiTurnEnv hooks
+    def task_info(self) -> dict[str, Any]:
+        """``task_kind``: cancel, return, exchange or info (per-kind figures in eval and training)."""
+        return {"task_kind": self._task.kind} if self._task is not None else {}
+
     def build_tools(self) -> ToolSet:
         """The retail tools, bound to whichever episode is current."""
         return build_toolset(self._live)

@@ -212,8 +212,21 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         self._transcript = list(opening)
         self._turn = 0
         self._done = False
-        info = {"task_id": task_id, "tools": self.tools.schemas(), "max_turns": self.config.max_turns}
+        info = {
+            "task_id": task_id,
+            "tools": self.tools.schemas(),
+            "max_turns": self.config.max_turns,
+            **self.task_info(),
+        }
         return tuple(opening), info
+
+    def task_info(self) -> dict[str, Any]:
+        """Facts about the current task that ``reset``'s and every step's ``info`` carry.
+
+        Override to label tasks: a ``task_kind`` entry gives ``srt-agent eval`` and training
+        metrics their per-kind figures. The default labels nothing.
+        """
+        return {}
 
     def _parse(self, action: str) -> ParsedTurn:
         if self._done:
@@ -244,6 +257,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
             "turn": self._turn,
             "tool_calls": len(results),
             "tool_errors": [r.error for r in results if r.error is not None],
+            **self.task_info(),
         }
         if truncated:
             info["truncation_reason"] = f"max_turns={self.config.max_turns} reached"

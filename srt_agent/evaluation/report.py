@@ -50,6 +50,56 @@ def pass_hat_k(trials: Iterable[Sequence[bool]], k: int) -> float:
 
 
 @dataclass(frozen=True)
+class KindFigures:
+    """Figures of the episodes of one task kind (an env's ``info["task_kind"]``, e.g. Retail's).
+
+    Attributes:
+        episodes: Episodes of this kind.
+        success_rate: Solved episodes / episodes.
+        pass_hat: pass^j for j = 1..k over this kind's tasks (index j-1).
+        mean_turns: Mean generated turns per episode.
+        mean_tool_calls: Mean tool calls per episode.
+        tool_errors: Failed tool calls over this kind's episodes.
+    """
+
+    episodes: int
+    success_rate: float
+    pass_hat: tuple[float, ...]
+    mean_turns: float
+    mean_tool_calls: float
+    tool_errors: int
+
+
+def _kind_figures(trajectories: Sequence[Trajectory], k: int) -> KindFigures:
+    by_task: dict[int | None, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        by_task[t.seed].append(t.success)
+    n = len(trajectories)
+    return KindFigures(
+        episodes=n,
+        success_rate=sum(t.success for t in trajectories) / n,
+        pass_hat=tuple(pass_hat_k(by_task.values(), j) for j in range(1, k + 1)),
+        mean_turns=sum(t.num_turns for t in trajectories) / n,
+        mean_tool_calls=sum(t.tool_calls for t in trajectories) / n,
+        tool_errors=sum(t.tool_errors for t in trajectories),
+    )
+
+
+def ending(t: Trajectory) -> str:
+    """How an episode ended: ``terminated`` or its reason's category.
+
+    ``terminated``: the env ended it (Retail's customer said STOP, a task was answered); else
+    ``max_turns``, ``context limit``, ``env raised ...`` and the other reason categories.
+    """
+    return "terminated" if t.status == "ok" else reason_category(t.reason)
+
+
+def slug(text: str) -> str:
+    """``text`` as a JSON-key fragment: lower case, every other character ``_``."""
+    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
+
+
+@dataclass(frozen=True)
 class EvalReport:
     """Figures of one evaluation run (see :meth:`flat` for the JSON form).
 
@@ -77,6 +127,8 @@ class EvalReport:
         generation_s: Sum over episodes of seconds spent awaiting the engine.
         env_s: Sum over episodes of seconds spent in the env (tools included).
         reasons: Non-ok episodes per reason category (``"context limit"``, ``"env raised ValueError"``).
+        endings: Episodes per :func:`ending` (``terminated``, ``max_turns``, ...).
+        kinds: Per task kind, when the env labels its tasks (``info["task_kind"]``); else empty.
         spec: Whether the engine speculated from a tree cache (``None``: not known, an engine instance).
         metrics: The rollout's speculation and time-split figures (``None``: not measured).
         trajectories: The episodes themselves (not part of :meth:`flat`).
@@ -105,6 +157,8 @@ class EvalReport:
     generation_s: float
     env_s: float
     reasons: Mapping[str, int] = field(default_factory=dict, hash=False)
+    endings: Mapping[str, int] = field(default_factory=dict, hash=False)
+    kinds: Mapping[str, KindFigures] = field(default_factory=dict, hash=False)
     spec: bool | None = None
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
     trajectories: tuple[Trajectory, ...] = field(default=(), repr=False, compare=False)
@@ -128,7 +182,11 @@ class EvalReport:
         ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
         ``mean_tool_calls``, ``ok``, ``truncated``, ``failed``, ``wall_s``, ``generation_s``,
-        ``env_s``, ``tokens_per_s``; the attributes above say what each means. With measured
+        ``env_s``, ``tokens_per_s``; ``ending_<how>`` (share of episodes per :func:`ending`, as a
+        slug: ``ending_terminated``, ``ending_max_turns``, ``ending_context_limit``); for an env that
+        labels its tasks, per kind ``kind_<kind>_episodes``, ``kind_<kind>_success_rate``,
+        ``kind_<kind>_pass_hat_<j>``, ``kind_<kind>_mean_turns``, ``kind_<kind>_mean_tool_calls``,
+        ``kind_<kind>_tool_errors``; the attributes above say what each means. With measured
         metrics also ``spec`` (bool or null), ``acceptance_rate`` (accepted / verified draft tokens),
         ``mean_accepted`` (accepted draft tokens per drafted step), ``verify_forwards``,
         ``target_forwards`` and ``draft_hit_rate_<exact|task|global>`` (share of draft lookups each
@@ -166,6 +224,18 @@ class EvalReport:
             env_s=round(self.env_s, 4),
             tokens_per_s=round(self.tokens_per_s, 2),
         )
+        out.update({f"ending_{slug(how)}": n / self.episodes for how, n in sorted(self.endings.items())})
+        for kind, f in sorted(self.kinds.items()):
+            key = f"kind_{slug(kind)}"
+            out.update({f"{key}_episodes": f.episodes, f"{key}_success_rate": f.success_rate})
+            out.update({f"{key}_pass_hat_{j}": p for j, p in enumerate(f.pass_hat, 1)})
+            out.update(
+                {
+                    f"{key}_mean_turns": f.mean_turns,
+                    f"{key}_mean_tool_calls": f.mean_tool_calls,
+                    f"{key}_tool_errors": f.tool_errors,
+                }
+            )
         m = self.metrics
         if m is not None:
             out.update(
@@ -191,7 +261,11 @@ class EvalReport:
             ("mean turns", f"{self.mean_turns:.2f}"),
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
             ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
-            *((f"  {reason}", str(n)) for reason, n in sorted(self.reasons.items())),
+            *(
+                (f"  ended: {how}", f"{n} ({n / self.episodes:.0%})")
+                for how, n in sorted(self.endings.items(), key=lambda kv: -kv[1])
+            ),
+            *self._kind_rows(),
             ("tokens generated", str(self.tokens_generated)),
             ("tokens per forward", f"{self.tokens_per_forward:.2f}" if self.forward_passes else "-"),
             *self._spec_rows(),
@@ -201,6 +275,19 @@ class EvalReport:
         for name, value in rows:
             t.add_row(name, value)
         return t
+
+    def _kind_rows(self) -> list[tuple[str, str]]:
+        rows = []
+        for kind, f in sorted(self.kinds.items()):
+            passes = " ".join(f"{p:.0%}" for p in f.pass_hat)
+            rows.append(
+                (
+                    f"  {kind} ({f.episodes})",
+                    f"pass^1..{len(f.pass_hat)} {passes}; {f.mean_turns:.1f} turns, "
+                    f"{f.mean_tool_calls:.1f} calls ({f.tool_errors} errors)",
+                )
+            )
+        return [("per task kind", ""), *rows] if rows else []
 
     def _spec_rows(self) -> list[tuple[str, str]]:
         m = self.metrics
@@ -274,7 +361,28 @@ def summarize(
         generation_s=sum(t.generation_s for t in trajectories),
         env_s=sum(t.env_s for t in trajectories),
         reasons=dict(Counter(reason_category(t.reason) for t in trajectories if t.reason)),
+        endings=dict(Counter(ending(t) for t in trajectories)),
+        kinds={kind: _kind_figures(group, k) for kind, group in by_kind(trajectories).items()},
         spec=spec,
         metrics=metrics,
         trajectories=tuple(trajectories),
     )
+
+
+def by_kind(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
+    """Trajectories per ``final_info["task_kind"]`` (empty when no episode is labelled).
+
+    A task (an env seed) has one kind: an episode without a label (one that failed before its env
+    reset) takes its task's label from the task's other trials, else goes under ``unlabelled``.
+    """
+    seed_kind: dict[int | None, str] = {}
+    for t in trajectories:
+        kind = t.final_info.get("task_kind")
+        if isinstance(kind, str):
+            seed_kind.setdefault(t.seed, kind)
+    if not seed_kind:
+        return {}
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[seed_kind.get(t.seed, "unlabelled")].append(t)
+    return dict(groups)

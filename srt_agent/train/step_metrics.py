@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
+from srt_agent.evaluation.report import by_kind, ending, slug
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: SpecStats) -> dict[str, float]:
@@ -20,7 +22,11 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     ``acceptance_rate`` (accepted / verified draft tokens), ``mean_accepted`` (accepted tokens per
     drafted sequence-step), ``drafts_<source>`` (verified drafts from the exact state's tree,
     the task's suffix match, the global one), ``runahead_accepted`` (accepted draft tokens that
-    only run-ahead work had produced).
+    only run-ahead work had produced). Also ``tool_calls_mean``, ``tool_error_rate`` (failed /
+    all tool calls), ``ended_<how>`` (share of episodes per
+    :func:`~srt_agent.evaluation.report.ending`: ``ended_terminated`` is Retail's customer STOP,
+    ``ended_max_turns`` the turn limit), and for an env that labels its tasks (``task_kind``)
+    ``success_<kind>`` and ``turns_<kind>`` per kind in the batch.
     """
     rewards = [t.total_reward for t in trajectories]
     gen = sum(t.generated_tokens for t in trajectories)
@@ -45,6 +51,14 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     }
     for source in ("exact", "task", "global"):
         out[f"drafts_{source}"] = float(spec.drafts_by_source.get(source, 0))
+    calls = sum(t.tool_calls for t in trajectories)
+    out["tool_calls_mean"] = calls / n
+    out["tool_error_rate"] = sum(t.tool_errors for t in trajectories) / calls if calls else 0.0
+    for how, count in Counter(ending(t) for t in trajectories).items():
+        out[f"ended_{slug(how)}"] = count / n
+    for kind, group in by_kind(trajectories).items():
+        out[f"success_{slug(kind)}"] = sum(t.success for t in group) / len(group)
+        out[f"turns_{slug(kind)}"] = sum(t.num_turns for t in group) / len(group)
     return out
 
 
