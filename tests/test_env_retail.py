@@ -178,6 +178,18 @@ def test_exchanges_only_to_available_variants_of_the_same_product() -> None:
 
 
 # ---------------------------------------------------------------- reward
+def test_an_exchange_paid_by_a_gift_card_that_cannot_cover_the_difference_is_still_possible() -> None:
+    # Seed 485: the order was paid by the user's gift card, whose balance was below the price
+    # difference; the task draw tops the card up (before, the goal could not be computed and
+    # reset raised, which stopped a 5,000-demo build).
+    env = RetailEnv()
+    result = run_episode(env, oracle_policy, seed=485, options={"task_kind": "exchange"})
+    task = env.task
+    payer = env.db.users[task.user_id].payment_method(task.payment_method_id)
+    assert payer is not None and payer.kind == "gift_card"
+    assert result.total_reward == 1.0, result.final_info
+
+
 def test_a_wrong_action_gives_reward_zero() -> None:
     env = RetailEnv()
     history, action = drive(env, 6, "cancel", is_write)

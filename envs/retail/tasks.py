@@ -7,6 +7,7 @@ and the facts the agent must tell the user (:class:`InfoItem`), checked in the a
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Literal, get_args
@@ -166,6 +167,12 @@ def _sample_exchange(rng: np.random.Generator, db: Database, prefers_email: bool
     gift = user.gift_card()
     if choice == "gift_card" and gift is not None and diff > (gift.balance or 0.0):
         choice, method_id = "original", order.payment_method_id  # the card could not pay
+    payer = user.payment_method(method_id)
+    if payer is not None and payer.kind == "gift_card" and diff > (payer.balance or 0.0):
+        # The order was paid by that gift card, which cannot pay the difference either: top it up
+        # before the episode starts (the task must be possible; no draw, so other seeds keep
+        # their episodes).
+        payer.balance = money(math.ceil(diff) + 10.0)
     info = (_amount(abs(diff), "price difference"),) if wants_amount and diff != 0 else ()
     return Task(
         kind="exchange",

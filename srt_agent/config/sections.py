@@ -30,7 +30,7 @@ class ModelSection(Section):
     )
     # The names of srt_agent.recipe.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
-    build_preset: Literal["embedded", "tool-choice", "reasoning-gym", "gpu", "gpu-0.5b"] = Field(
+    build_preset: Literal["embedded", "tool-choice", "retail", "reasoning-gym", "gpu", "gpu-0.5b"] = Field(
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "

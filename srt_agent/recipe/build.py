@@ -65,6 +65,13 @@ TOOL_CHOICE_DEMOS: tuple[DemoSource, ...] = (
 )
 """The ``tool-choice`` build's demonstrations: the default ones plus tool-free Calculator solutions."""
 
+RETAIL_DEMOS: tuple[DemoSource, ...] = (
+    # The dialogue benchmark alone: every task kind (drawn uniformly), the customer's phrasings
+    # (drawn per episode), ~830 tokens and ~9 assistant turns each.
+    DemoSource("srt/Retail-v0", 5000),
+)
+"""The ``retail`` build's demonstrations: Retail oracle episodes only."""
+
 REASONING_GYM_ARITHMETIC: dict[str, object] = {
     "tool": "calculator",
     "max_turns": 4,
@@ -145,6 +152,13 @@ PRESETS: dict[str, BuildConfig] = {
         demos=TOOL_CHOICE_DEMOS,
         # ~40% more demonstration tokens than the default: steps grow to keep ~2 passes (~6 min).
         sft=SFTConfig(steps=3500, batch_tokens=2100, lr=3e-3, warmup_steps=100),
+    ),
+    "retail": BuildConfig(
+        demos=RETAIL_DEMOS,
+        # One layer more than the embedded model: the job is retrieval in context (the item id of
+        # the variant whose options the customer named, in a tool's JSON) and copying ids.
+        num_layers=4,
+        sft=SFTConfig(steps=2400, batch_tokens=2600, lr=3e-3, warmup_steps=100),
     ),
     "reasoning-gym": BuildConfig(
         demos=REASONING_GYM_DEMOS,

@@ -8,6 +8,7 @@ every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -19,7 +20,10 @@ from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.env.episode_loop import Policy, run_episode
 from srt_agent.env.multi_turn import MultiTurnEnv, Observation, oracle_policy
 from srt_agent.env.registration import make
+from srt_agent.errors import describe_fault
 from srt_agent.recipe.tokenizer import render_chat
+
+log = logging.getLogger("srt_agent.recipe")
 
 DEMO_SEED_BASE = 10_000_000
 """Smallest env seed used for demonstrations; smaller seeds are reserved for evaluation."""
@@ -190,7 +194,8 @@ def collect_demos(
         options: Env options for ``make``.
 
     Returns:
-        The solved episodes, in seed order (the built-in oracles solve every task).
+        The solved episodes, in seed order (the built-in oracles solve every task). An episode
+        whose env or demonstrator raises is skipped with a warning.
 
     Raises:
         NotImplementedError: The env has no oracle.
@@ -206,7 +211,11 @@ def collect_demos(
     demos = []
     try:
         for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
-            result = run_episode(env, policy, seed=seed)
+            try:
+                result = run_episode(env, policy, seed=seed)
+            except Exception as exc:  # noqa: BLE001 - one broken task must not cost the build its demos
+                log.warning("demo of %s seed %d skipped: %s", env_id, seed, describe_fault(exc))
+                continue
             if not inner.is_success(result.total_reward, result.final_info):
                 continue
             demos.append(_to_demo(env_id, seed, result.transcript, tools, result.total_reward))
