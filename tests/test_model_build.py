@@ -174,6 +174,14 @@ def test_the_reasoning_gym_config_trains_on_what_its_preset_demonstrates() -> No
     assert config["env"]["options"] == REASONING_GYM_ARITHMETIC
 
 
+def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
+    from srt_agent.config import load_config
+
+    config = load_config(Path(__file__).parents[1] / "configs" / "retail.yaml")
+    assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
+    assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0"}
+
+
 def test_presets_match_the_run_config_choices() -> None:
     from typing import get_args
 
