@@ -183,7 +183,7 @@ class EvalReport:
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
         ``mean_tool_calls``, ``ok``, ``truncated``, ``failed``, ``wall_s``, ``generation_s``,
         ``env_s``, ``tokens_per_s``; ``ending_<how>`` (share of episodes per :func:`ending`, as a
-        slug: ``ending_terminated``, ``ending_max_turns``, ``ending_context_limit``); for an env that
+        slug: ``ending_terminated``, ``ending_env_truncated``, ``ending_max_turns``); for an env that
         labels its tasks, per kind ``kind_<kind>_episodes``, ``kind_<kind>_success_rate``,
         ``kind_<kind>_pass_hat_<j>``, ``kind_<kind>_mean_turns``, ``kind_<kind>_mean_tool_calls``,
         ``kind_<kind>_tool_errors``; the attributes above say what each means. With measured

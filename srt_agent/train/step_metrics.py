@@ -25,7 +25,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     only run-ahead work had produced). Also ``tool_calls_mean``, ``tool_error_rate`` (failed /
     all tool calls), ``ended_<how>`` (share of episodes per
     :func:`~srt_agent.evaluation.report.ending`: ``ended_terminated`` is Retail's customer STOP,
-    ``ended_max_turns`` the turn limit), and for an env that labels its tasks (``task_kind``)
+    ``ended_env_truncated`` the env's turn limit), and for an env that labels its tasks (``task_kind``)
     ``success_<kind>`` and ``turns_<kind>`` per kind in the batch.
     """
     rewards = [t.total_reward for t in trajectories]
