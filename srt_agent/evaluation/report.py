@@ -70,15 +70,24 @@ class KindFigures:
     tool_errors: int
 
 
-def _kind_figures(trajectories: Sequence[Trajectory], k: int) -> KindFigures:
+def _trials_by_task(trajectories: Sequence[Trajectory]) -> dict[int | None, list[bool]]:
+    """Per task (env seed), the success of each trial."""
     by_task: dict[int | None, list[bool]] = defaultdict(list)
     for t in trajectories:
         by_task[t.seed].append(t.success)
+    return by_task
+
+
+def _pass_hats(by_task: Mapping[int | None, Sequence[bool]], k: int) -> tuple[float, ...]:
+    return tuple(pass_hat_k(by_task.values(), j) for j in range(1, k + 1))
+
+
+def _kind_figures(trajectories: Sequence[Trajectory], k: int) -> KindFigures:
     n = len(trajectories)
     return KindFigures(
         episodes=n,
         success_rate=sum(t.success for t in trajectories) / n,
-        pass_hat=tuple(pass_hat_k(by_task.values(), j) for j in range(1, k + 1)),
+        pass_hat=_pass_hats(_trials_by_task(trajectories), k),
         mean_turns=sum(t.num_turns for t in trajectories) / n,
         mean_tool_calls=sum(t.tool_calls for t in trajectories) / n,
         tool_errors=sum(t.tool_errors for t in trajectories),
@@ -331,9 +340,7 @@ def summarize(
     envs = sorted({t.env_id for t in trajectories})
     if len(envs) != 1:
         raise ValueError(f"one report covers one env, got {envs}")
-    by_task: dict[int | None, list[bool]] = defaultdict(list)
-    for t in trajectories:
-        by_task[t.seed].append(t.success)
+    by_task = _trials_by_task(trajectories)
     n = len(trajectories)
     status = Counter(t.status for t in trajectories)
     seeds = [s for s in by_task if s is not None]
@@ -347,7 +354,7 @@ def summarize(
         first_env_seed=min(seeds) if seeds else 0,
         episodes=n,
         success_rate=sum(t.success for t in trajectories) / n,
-        pass_hat=tuple(pass_hat_k(by_task.values(), j) for j in range(1, k + 1)),
+        pass_hat=_pass_hats(by_task, k),
         mean_reward=sum(t.total_reward for t in trajectories) / n,
         mean_turns=sum(t.num_turns for t in trajectories) / n,
         tokens_generated=sum(t.generated_tokens for t in trajectories),
