@@ -1,8 +1,15 @@
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from model_fixtures import ENV_IDS, demos, tokenizer
 
+from srt_agent.chat.messages import Message, user
 from srt_agent.chat.template import ChatFormat
-from srt_agent.recipe.demos import DEMO_SEED_BASE, SEEDS_PER_BUILD, demo_seeds, to_transcript
+from srt_agent.env.episode_loop import Policy
+from srt_agent.env.multi_turn import MultiTurnEnv, Observation, Transition
+from srt_agent.env.registration import register_env
+from srt_agent.recipe.demos import DEMO_SEED_BASE, SEEDS_PER_BUILD, collect_demos, demo_seeds, to_transcript
 
 
 def test_demo_seeds_stay_clear_of_evaluation_seeds_and_of_other_builds() -> None:
@@ -82,3 +89,38 @@ def test_bad_demo_sources_are_named_in_the_error() -> None:
         check_sources([DemoSource(calc, half), DemoSource(calc, half, "mental")])
     with pytest.raises(ValueError, match="GuessNumberEnv has none"):
         collect_demos("srt/GuessNumber-v0", 1, demonstrator="mental")
+
+
+class _SayHi:
+    def act(self, history: Sequence[Message]) -> str:
+        return "hi"
+
+
+class OddSeedsBreak(MultiTurnEnv):
+    """Reset raises on odd seeds (as Retail did on a task it could not complete)."""
+
+    def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
+        if self._seed % 2:
+            raise RuntimeError("this task cannot be completed")
+        return f"t{self._seed}", [user("say hi")]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        self._seed = seed or 0
+        return super().reset(seed=seed, options=options)
+
+    def on_message(self, text: str) -> Transition:
+        return Transition(reward=1.0, terminated=True)
+
+    def oracle(self) -> Policy:
+        return _SayHi()
+
+
+def test_a_task_whose_env_raises_is_skipped_and_the_other_demos_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    register_env("test/OddSeedsBreak-v0", OddSeedsBreak)
+    got = collect_demos("test/OddSeedsBreak-v0", 4)
+    assert [d.seed % 2 for d in got] == [0, 0]
+    assert sum("skipped" in r.getMessage() for r in caplog.records) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -212,7 +213,9 @@ def collect_demos(
     try:
         for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
             try:
-                result = run_episode(env, policy, seed=seed)
+                result = run_episode(env, partial(_demonstrator, policy), seed=seed)
+            except _UnusableDemonstrator as exc:  # a configuration error: no task would do better
+                raise exc.cause from None
             except Exception as exc:  # noqa: BLE001 - one broken task must not cost the build its demos
                 log.warning("demo of %s seed %d skipped: %s", env_id, seed, describe_fault(exc))
                 continue
@@ -222,6 +225,23 @@ def collect_demos(
     finally:
         env.close()
     return demos
+
+
+class _UnusableDemonstrator(Exception):
+    """The demonstrator cannot play this env (raised while making its policy, not by a task)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _demonstrator(
+    make_policy: Callable[[gym.Env[Observation, str]], Policy], env: gym.Env[Observation, str]
+) -> Policy:
+    try:
+        return make_policy(env)
+    except Exception as exc:
+        raise _UnusableDemonstrator(exc) from exc
 
 
 def _to_demo(
