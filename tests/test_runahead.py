@@ -126,7 +126,7 @@ def test_announced_prompts_give_the_later_live_request_exact_run_ahead_drafts(mo
     config = RolloutConfig(max_concurrent=4, temperature=0.0, max_new_tokens=12)
     announced = [EpisodeSpec(GUESS, seed=s, env_options={"max_turns": 1}) for s in (5, 6)]
     with TorchEngine(
-        model_dir, max_batch_size=4, draft_source=cache, spec=SpecConfig(adaptive=False)
+        model_dir, max_batch_size=4, draft_source=cache, spec=SpecConfig(adaptive=False, runahead_slowdown=10)
     ) as engine:
         scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig())
         assert scheduler.announce(announced) == 2

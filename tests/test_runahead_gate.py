@@ -24,6 +24,9 @@ def test_spare_rows_follow_the_marginal_cost_of_a_row() -> None:
     assert cpu_like.spare_rows(0) == 0  # nothing live: sized as for one live row
     assert gpu_like.spare_rows(0) >= 48
     assert _fitted(0.0012, 0.0003, slowdown=10).spare_rows(8) >= 1 << 20  # no limit
+    # Many spare rows are not "no limit": the engine's ledger still closes run-ahead that does not pay.
+    assert not gpu_like.runahead_unlimited
+    assert _fitted(0.0012, 0.0003, slowdown=10).runahead_unlimited
 
 
 def test_the_gate_closes_when_run_ahead_costs_more_than_it_saves_and_reopens_with_credit() -> None:

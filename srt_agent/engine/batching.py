@@ -183,10 +183,11 @@ class Scheduler:
         """
         if self.speculator is None:
             return self.max_batch
-        spare = self.speculator.cost.spare_rows(live)
-        if spare >= self.max_batch:  # spec.runahead_slowdown at its "no limit" value
-            return spare
-        return spare if self.runahead_gate.open() else 0
+        cost = self.speculator.cost
+        if cost.runahead_unlimited:
+            return self.max_batch
+        # A tiny per-row cost (a GPU, a toy model) sizes many spare rows; the ledger still decides.
+        return cost.spare_rows(live) if self.runahead_gate.open() else 0
 
     def _preempt_runahead(self) -> None:
         """Free the rows of the newest run-ahead sequences that live ones need or that are not spare.

@@ -205,6 +205,14 @@ class CostModel:
             return plain + self.verify_extra.predict(drafted)
         return plain + self.time.coefficients()[1] * drafted
 
+    @property
+    def runahead_unlimited(self) -> bool:
+        """Whether ``spec.runahead_slowdown`` is at its "no limit" value.
+
+        Then run-ahead rows are neither sized by the step fit nor closed by the engine's ledger.
+        """
+        return self.config.runahead_slowdown >= _NO_RUNAHEAD_LIMIT
+
     def spare_rows(self, live: int) -> int:
         """Run-ahead rows a decode step of ``live`` live rows can take within ``runahead_slowdown``.
 
@@ -215,7 +223,7 @@ class CostModel:
         """
         slowdown = self.config.runahead_slowdown
         a, b = self.time.coefficients()
-        if slowdown >= _NO_RUNAHEAD_LIMIT or b <= 0.0:
+        if self.runahead_unlimited or b <= 0.0:
             return _UNLIMITED_ROWS
         base = max(live, 1)
         return int(slowdown * (a + b * base) / b)
