@@ -32,7 +32,7 @@ from srt_agent.chat.template import ChatFormat
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.output.paths import resolve_model_dir
 from srt_agent.output.records import write_record
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import build_runtime
 from srt_agent.tree_cache import TreeCache
@@ -44,10 +44,10 @@ CONFIGS = {
 }
 
 
-def episodes(env_id: str, prompts: int, samples: int, round_: int) -> list[EpisodeSpec]:
+def episodes(env_id: str, prompts: int, samples: int, round_: int) -> list[EpisodeRequest]:
     """One round's episodes (the episode ids carry the round, so sampling seeds differ by round)."""
     return [
-        EpisodeSpec(env_id, seed=s, trial=t, episode_id=f"r{round_}/{s}/{t}", env_options={"max_turns": 6})
+        EpisodeRequest(env_id, seed=s, trial=t, episode_id=f"r{round_}/{s}/{t}", env_options={"max_turns": 6})
         for s in range(prompts)
         for t in range(samples)
     ]

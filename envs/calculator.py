@@ -39,8 +39,8 @@ from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
 from srt_agent.envs.calculator_problems import Problem, cap, pick, with_unit
-from srt_agent.tool.parser import ParsedTurn, format_tool_call
-from srt_agent.tool.toolset import ToolResult, ToolSet
+from srt_agent.tooling.parser import ParsedTurn, format_tool_call
+from srt_agent.tooling.toolset import ToolResult, ToolSet
 from srt_agent.tools.calculator import calculator
 
 REL_TOL = 1e-6

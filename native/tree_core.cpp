@@ -801,7 +801,7 @@ std::vector<std::string> TreeCore::state_keys() const {
     return out;
 }
 
-// ------------------------------------------------------------------ persistence (cache_io.py)
+// ------------------------------------------------------------------ persistence (persistence.py)
 
 std::vector<TreeRows> TreeCore::export_trees() const {
     std::vector<TreeRows> out;
@@ -867,7 +867,7 @@ void TreeCore::index_all() {
     if (!every.empty()) tick_ = std::max(tick_, every.back().tick + 1);
 }
 
-// ------------------------------------------------------------------ integrity (cache_checks.py)
+// ------------------------------------------------------------------ integrity (integrity.py)
 
 void TreeCore::check_tree(int32_t s, std::vector<std::string>& problems) const {
     const State& st = states_[s];

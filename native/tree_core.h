@@ -25,7 +25,7 @@ namespace srt {
 constexpr int32_t kSentinel = -1;  // the token of a root
 constexpr int kMaxWindow = 16;     // TreeCacheConfig caps window and backoff_window at 16
 
-// The byte estimate's prices (see srt_agent/tree_cache/cache_types.py and prefix_tree.py). The
+// The byte estimate's prices (see srt_agent/tree_cache/options.py and prefix_tree.py). The
 // Python reference prices CPython objects; the native core prices its own arrays (native_bytes()).
 struct ByteModel {
     int64_t node, small_map, map_entry, index_key, state, stream, stream_token, task;

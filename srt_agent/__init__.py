@@ -1,55 +1,44 @@
 """srt-agent: multi-turn RL for tool-using LLM agents with speculative rollouts from a tree cache.
 
-The env/tool foundation is importable from the top level; built-in envs register with gymnasium
-on ``import srt_agent.envs`` (or on the first :func:`make`).
+The env and tool API is importable from the top level (``from srt_agent import MultiTurnEnv, tool``);
+built-in envs register with gymnasium on ``import srt_agent.envs`` (or on the first :func:`make`).
 
-Module paths from before the ``env``, ``tool`` and ``chat`` packages (``srt_agent.messages``,
-``srt_agent.policy``, ``srt_agent.registration``, ``srt_agent.testing``, ``srt_agent.toolset``,
-``srt_agent.tool_parser``, ``srt_agent.spaces``) still import: each names its new module.
+Top-level names are resolved on first use, so importing one subpackage (``srt_agent.tree_cache``,
+``srt_agent.native``) does not pull in gymnasium or the env stack.
 """
 
-import sys
+from __future__ import annotations
 
-from srt_agent.chat import messages as _messages
-from srt_agent.chat.messages import Message
-from srt_agent.env import episode_loop as _episode_loop
-from srt_agent.env import registration as _registration
-from srt_agent.env import spaces as _spaces
-from srt_agent.env import testing as _testing
-from srt_agent.env.episode_loop import EpisodeResult, Policy, run_episode
-from srt_agent.env.multi_turn import (
-    EnvConfig,
-    EnvConfigError,
-    MultiTurnEnv,
-    Transition,
-    async_step,
-    oracle_policy,
-)
-from srt_agent.env.registration import UnknownEnvError, make, register_env, registered_envs
-from srt_agent.errors import SrtAgentError
-from srt_agent.tool import parser as _parser
-from srt_agent.tool import toolset as _toolset
-from srt_agent.tool.definition import Tool, tool
-from srt_agent.tool.parser import ParsedTurn, ToolCall, parse_tool_calls
-from srt_agent.tool.toolset import ToolResult, ToolSet
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Old module paths, kept for code written against them: ``import srt_agent.policy`` finds the
-# module in sys.modules once this package is imported, and the attribute serves ``srt_agent.policy.X``.
-_MOVED = {
-    "messages": _messages,
-    "policy": _episode_loop,
-    "registration": _registration,
-    "spaces": _spaces,
-    "testing": _testing,
-    "tool_parser": _parser,
-    "toolset": _toolset,
+_EXPORTS: dict[str, str] = {
+    "EnvConfig": "srt_agent.env.multi_turn",
+    "EnvConfigError": "srt_agent.env.multi_turn",
+    "EpisodeResult": "srt_agent.env.episode_loop",
+    "Message": "srt_agent.chat.messages",
+    "MultiTurnEnv": "srt_agent.env.multi_turn",
+    "ParsedTurn": "srt_agent.tooling.parser",
+    "Policy": "srt_agent.env.episode_loop",
+    "SrtAgentError": "srt_agent.errors",
+    "Tool": "srt_agent.tooling.definition",
+    "ToolCall": "srt_agent.tooling.parser",
+    "ToolResult": "srt_agent.tooling.toolset",
+    "ToolSet": "srt_agent.tooling.toolset",
+    "Transition": "srt_agent.env.multi_turn",
+    "UnknownEnvError": "srt_agent.env.registration",
+    "async_step": "srt_agent.env.multi_turn",
+    "make": "srt_agent.env.registration",
+    "oracle_policy": "srt_agent.env.multi_turn",
+    "parse_tool_calls": "srt_agent.tooling.parser",
+    "register_env": "srt_agent.env.registration",
+    "registered_envs": "srt_agent.env.registration",
+    "run_episode": "srt_agent.env.episode_loop",
+    "tool": "srt_agent.tooling.definition",
 }
-for _old, _module in _MOVED.items():
-    sys.modules[f"{__name__}.{_old}"] = _module
-    globals()[_old] = _module
-
+"""Each top-level name and the module that defines it."""
 
 __all__ = [
     "EnvConfig",
@@ -75,3 +64,35 @@ __all__ = [
     "run_episode",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a top-level name's module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'srt_agent' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from srt_agent.chat.messages import Message
+    from srt_agent.env.episode_loop import EpisodeResult, Policy, run_episode
+    from srt_agent.env.multi_turn import (
+        EnvConfig,
+        EnvConfigError,
+        MultiTurnEnv,
+        Transition,
+        async_step,
+        oracle_policy,
+    )
+    from srt_agent.env.registration import UnknownEnvError, make, register_env, registered_envs
+    from srt_agent.errors import SrtAgentError
+    from srt_agent.tooling.definition import Tool, tool
+    from srt_agent.tooling.parser import ParsedTurn, ToolCall, parse_tool_calls
+    from srt_agent.tooling.toolset import ToolResult, ToolSet

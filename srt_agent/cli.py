@@ -13,7 +13,13 @@ from srt_agent import __version__
 from srt_agent.env.demo import oracle_table
 from srt_agent.env.multi_turn import EnvConfigError, MultiTurnEnv
 from srt_agent.env.play import play as play_episode
-from srt_agent.env.registration import UnknownEnvError, check_env, check_env_id, make, registered_envs
+from srt_agent.env.registration import (
+    UnknownEnvError,
+    check_env_id,
+    make,
+    registered_envs,
+    validate_env_options,
+)
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError, default_model_dir, resolve_model_dir
 from srt_agent.output.records import build_record
@@ -301,7 +307,8 @@ def eval_cmd(
 
     try:
         env_options = _env_options(option)
-        check_env(env, env_options)  # before the model is looked for: a typo should be the first thing said
+        # Before the model is looked for: a typo should be the first thing said.
+        validate_env_options(env, env_options)
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
     except (UnknownEnvError, ValueError) as exc:
         raise _report_error(exc) from None
@@ -309,7 +316,7 @@ def eval_cmd(
     options: dict[str, Any] = {
         "seed": seed,
         "first_seed": first_seed,
-        "spec": spec,
+        "speculate": spec,
         "engine": engine_config,
         "device": device,
         "spec_options": _spec_options(config),
@@ -413,7 +420,7 @@ def sglang_serve_cmd(
     ] = None,
 ) -> None:
     """Start SGLang's server with SRT drafting inside it; other flags go to SGLang unchanged."""
-    from srt_agent.config.spec_file import sglang_refusals
+    from srt_agent.config.spec_file import sglang_draft_slots, sglang_refusals
     from srt_agent.integrations.sglang.launch import launch
 
     options = _spec_options(config, server=True)
@@ -421,7 +428,7 @@ def sglang_serve_cmd(
     if refused:
         raise _report_error("; ".join(refused))
     if draft_tokens is None:
-        draft_tokens = options.max_draft_tokens + 1 if config is not None else 12
+        draft_tokens = sglang_draft_slots(options if config is not None else None)
     try:
         launch(model, host=host, port=port, draft_tokens=draft_tokens, extra=ctx.args, spec_file=config)
     except (RuntimeError, ValueError) as exc:

@@ -10,7 +10,7 @@ subclasses live beside the code that raises them:
 
 * configuration and input: ``srt_agent.config.ConfigError``, ``srt_agent.env.EnvConfigError``,
   ``srt_agent.env.UnknownEnvError``, ``srt_agent.output.paths.OutputPathError``,
-  ``srt_agent.tool.ToolArgumentsError``, ``srt_agent.contracts.generation.PromptTooLongError``,
+  ``srt_agent.tooling.ToolArgumentsError``, ``srt_agent.contracts.generation.PromptTooLongError``,
   ``srt_agent.chat.template.TemplateContinuityError``;
 * files: ``srt_agent.engine.hf_checkpoint.CheckpointError``, ``srt_agent.tree_cache.CacheFileError``,
   ``srt_agent.rollout.trace.TraceFormatError``, ``srt_agent.recipe.build.BuildDirError``;

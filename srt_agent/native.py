@@ -18,7 +18,7 @@ def _load() -> ModuleType | None:
     if os.environ.get("SRT_NATIVE", "1") == "0":
         return None
     try:
-        from srt_agent import _native  # type: ignore[attr-defined]
+        from srt_agent import _native
     except ImportError as exc:
         log.warning(
             "srt-agent's native core is not built (%s): the engine's per-step bookkeeping runs in "

@@ -23,7 +23,7 @@ from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
 from srt_agent.serving.engine_config import EngineConfig
 from srt_agent.tree_cache import TreeCache
-from srt_agent.tree_cache.cache_types import TreeCacheConfig
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 if TYPE_CHECKING:
     import torch

@@ -16,8 +16,8 @@ import gymnasium as gym
 
 from srt_agent.chat.messages import Message
 from srt_agent.env.registration import make
-from srt_agent.tool.definition import Tool
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.definition import Tool
+from srt_agent.tooling.toolset import ToolSet
 
 HANG_S = 1.5
 """How long a hang lasts: over the soak's env deadline (1 s) and tool deadline, short enough to end."""

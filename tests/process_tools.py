@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from srt_agent.tool.definition import tool
+from srt_agent.tooling.definition import tool
 
 
 @tool(timeout=1.0, isolation="process")

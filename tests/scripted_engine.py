@@ -8,7 +8,7 @@ sequence, so tests can check they land at the right places. Delays make overlap 
 
 Example:
     >>> engine = ScriptedEngine(fmt, lambda req: "<answer>42</answer>")  # doctest: +SKIP
-    >>> trajectories = run_rollouts(engine, fmt, [EpisodeSpec("srt/Calculator-v0", seed=0)])  # doctest: +SKIP
+    >>> trajectories = run_rollouts(engine, fmt, [EpisodeRequest("srt/Calculator-v0")])  # doctest: +SKIP
 """
 
 from __future__ import annotations

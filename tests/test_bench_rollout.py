@@ -79,14 +79,14 @@ def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> No
     (on a CPU they run uncaptured: the same shapes a GPU captures), so a rollout meets none it
     did not build, drafts and prefills included."""
     from srt_agent.rollout.config import RolloutConfig
-    from srt_agent.rollout.episode import EpisodeSpec
+    from srt_agent.rollout.episode import EpisodeRequest
     from srt_agent.rollout.scheduler import rollout_sync
     from srt_agent.runtime import build_runtime
     from srt_agent.tree_cache import TreeCache
 
     rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8, temperature=0.0)  # greedy: drafts repeat
     options = {"max_turns": 2}
-    specs = [EpisodeSpec("srt/Calculator-v0", s, t, env_options=options) for s in (1, 2) for t in (0, 1)]
+    specs = [EpisodeRequest("srt/Calculator-v0", s, t, env_options=options) for s in (1, 2) for t in (0, 1)]
     with build_runtime(model_dir, rollout, draft_source=TreeCache(), cuda_graphs=True) as runtime:
         engine = runtime.engine
         stats = engine.stats()  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, oracles, tiny_format  # noqa: E402
 from train_fixtures import save_tiny_policy  # noqa: E402
 
-from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
+from srt_agent.env.registration import UnknownEnvError, make, validate_env_options  # noqa: E402
 from srt_agent.env.testing import check_multiturn_env  # noqa: E402
 from srt_agent.evaluation import run_eval  # noqa: E402
 from srt_agent.integrations.ecosystems.foreign import ForeignEnvError  # noqa: E402
@@ -143,10 +143,12 @@ def test_a_misbehaving_score_fails_its_episode_with_the_reason(monkeypatch: pyte
 
 def test_unknown_datasets_and_options_are_clear_errors() -> None:
     with pytest.raises(UnknownEnvError, match="Did you mean basic_arithmetic"):
-        check_env("reasoning_gym:basic_arithmetc")
+        validate_env_options("reasoning_gym:basic_arithmetc")
     with pytest.raises(ValueError, match="tool"):
-        check_env("reasoning_gym:chain_sum", {"tool": "abacus"})
-    assert check_env("reasoning_gym/chain_sum") == "reasoning_gym/chain_sum"  # the resolved id works too
+        validate_env_options("reasoning_gym:chain_sum", {"tool": "abacus"})
+    assert (
+        validate_env_options("reasoning_gym/chain_sum") == "reasoning_gym/chain_sum"
+    )  # the resolved id works too
 
 
 def test_the_openrlhf_executor_plays_a_dataset() -> None:
@@ -174,14 +176,14 @@ def test_ray_env_workers_play_a_dataset_as_one_process_does(tmp_path: Path) -> N
     """Each env worker is another process: the prefix resolves there on first use."""
     ray = pytest.importorskip("ray")
     from srt_agent.distributed.ray_config import RayConfig
-    from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+    from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
     from srt_agent.rollout.scheduler import rollout_sync
     from srt_agent.runtime import build_runtime
     from srt_agent.tree_cache import TreeCache
 
     model = save_tiny_policy(tmp_path / "policy")
     specs = [
-        EpisodeSpec(
+        EpisodeRequest(
             "reasoning_gym:chain_sum", seed=s, trial=t, env_options={"tool": "calculator", "max_turns": 2}
         )
         for s in range(3)

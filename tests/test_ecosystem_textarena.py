@@ -19,7 +19,7 @@ from scripted_engine import ScriptedEngine  # noqa: E402
 from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
 from train_fixtures import save_tiny_policy  # noqa: E402
 
-from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
+from srt_agent.env.registration import UnknownEnvError, make, validate_env_options  # noqa: E402
 from srt_agent.env.testing import check_multiturn_env  # noqa: E402
 from srt_agent.evaluation import run_eval  # noqa: E402
 from srt_agent.integrations.ecosystems.foreign import ForeignEnvError, MissingResourceError  # noqa: E402
@@ -78,4 +78,4 @@ def test_multi_player_games_and_unknown_ids_are_clear_errors() -> None:
     with pytest.raises(ForeignEnvError, match="not a single-player game"):
         env.reset(seed=0)
     with pytest.raises(UnknownEnvError, match="Did you mean GuessTheNumber-v0"):
-        check_env("textarena:GuessTheNumbr-v0")
+        validate_env_options("textarena:GuessTheNumbr-v0")

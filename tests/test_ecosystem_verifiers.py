@@ -29,11 +29,11 @@ from test_rollout_support import oracle_responder, tiny_format  # noqa: E402
 from train_fixtures import save_tiny_policy  # noqa: E402
 
 from srt_agent.chat.messages import Message  # noqa: E402
-from srt_agent.env.registration import UnknownEnvError, check_env, make  # noqa: E402
+from srt_agent.env.registration import UnknownEnvError, make, validate_env_options  # noqa: E402
 from srt_agent.env.testing import check_multiturn_env  # noqa: E402
 from srt_agent.evaluation import run_eval  # noqa: E402
 from srt_agent.integrations.ecosystems.foreign import ForeignEnvError  # noqa: E402
-from srt_agent.tool.parser import format_tool_call  # noqa: E402
+from srt_agent.tooling.parser import format_tool_call  # noqa: E402
 
 ENVS = ["vf_arith", "vf_guess", "vf_adder", "vf_rgym"]
 
@@ -162,4 +162,4 @@ def test_an_environment_that_raises_fails_its_episode_with_the_reason(
 
 def test_unknown_modules_are_clear_errors() -> None:
     with pytest.raises(UnknownEnvError, match="no verifiers environment module 'vf_nope'"):
-        check_env("verifiers:vf_nope")
+        validate_env_options("verifiers:vf_nope")

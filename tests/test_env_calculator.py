@@ -12,7 +12,7 @@ from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
 from srt_agent.env.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.envs.calculator import CalculatorEnv, find_answer, parse_number
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 from srt_agent.tools.calculator import CalculatorError, evaluate, format_number
 
 ENV_ID = "srt/Calculator-v0"
@@ -245,7 +245,7 @@ def test_oversized_actions_and_huge_powers_cost_nothing() -> None:
     import time
 
     from srt_agent.env.registration import make
-    from srt_agent.tool.parser import format_tool_call
+    from srt_agent.tooling.parser import format_tool_call
 
     env = make("srt/Calculator-v0", max_action_chars=300)
     env.reset(seed=0)

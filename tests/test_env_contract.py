@@ -10,8 +10,8 @@ from srt_agent.chat.messages import user
 from srt_agent.env.multi_turn import EnvConfigError
 from srt_agent.env.spaces import AnyText, MessagesSpace
 from srt_agent.env.testing import GenericTestEnv, ScriptedPolicy, check_multiturn_env
-from srt_agent.tool.definition import tool
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.parser import format_tool_call
 
 gym.register("test/Generic-v0", entry_point="srt_agent.env.testing:GenericTestEnv")
 

@@ -7,7 +7,7 @@ from srt_agent.env.episode_loop import run_episode
 from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
 from srt_agent.env.testing import ScriptedPolicy, check_multiturn_env
 from srt_agent.envs.guess_number import GuessNumberEnv, guess_reward, last_number, optimal_guesses
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 
 ENV_ID = "srt/GuessNumber-v0"
 

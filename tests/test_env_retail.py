@@ -16,7 +16,7 @@ from srt_agent.envs.retail.env import RetailEnv
 from srt_agent.envs.retail.phrases import STOP
 from srt_agent.envs.retail.tasks import InfoItem, missing_info, numbers_in
 from srt_agent.envs.retail.tools import WRITE_TOOLS
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 
 History = list[Message]
 

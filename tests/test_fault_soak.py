@@ -23,7 +23,7 @@ from scripted_engine import ScriptedEngine
 from test_rollout_support import oracle_responder, oracles, tiny_format
 
 from srt_agent.isolation import shutdown_workers
-from srt_agent.rollout import EpisodeSpec, RolloutConfig, Trajectory, run_rollouts
+from srt_agent.rollout import EpisodeRequest, RolloutConfig, Trajectory, run_rollouts
 
 RATE = 0.10
 TOOL_ENVS = ("Calculator", "Retail")  # GuessNumber has no tools
@@ -31,7 +31,7 @@ TOOL_ENVS = ("Calculator", "Retail")  # GuessNumber has no tools
 
 @dataclass(frozen=True)
 class Soak:
-    specs: list[EpisodeSpec]
+    specs: list[EpisodeRequest]
     clean: dict[str, Trajectory]
     faulty: dict[str, Trajectory]
     wall_s: float
@@ -39,12 +39,12 @@ class Soak:
     clean_rss_growth_mb: float
 
 
-def _spec(base: str, i: int, fault: str) -> EpisodeSpec:
+def _spec(base: str, i: int, fault: str) -> EpisodeRequest:
     episode_id = f"{base}-{i}-{fault or 'ok'}"
-    return EpisodeSpec(f"soak/{base}-v0", seed=i, episode_id=episode_id, env_options={"fault": fault})
+    return EpisodeRequest(f"soak/{base}-v0", seed=i, episode_id=episode_id, env_options={"fault": fault})
 
 
-def _plan(episodes: int, seed: int = 0) -> list[EpisodeSpec]:
+def _plan(episodes: int, seed: int = 0) -> list[EpisodeRequest]:
     """``episodes`` episodes spread over the envs; each has a fault with probability RATE."""
     rng = random.Random(seed)
     specs = []
@@ -58,7 +58,7 @@ def _plan(episodes: int, seed: int = 0) -> list[EpisodeSpec]:
     return specs
 
 
-def _covering_plan(episodes: int) -> list[EpisodeSpec]:
+def _covering_plan(episodes: int) -> list[EpisodeRequest]:
     """Each fault kind once (tool faults on envs with tools), the other episodes healthy."""
     kinds = [(BASES[i % len(BASES)], kind) for i, kind in enumerate(ENV_FAULTS)]
     kinds += [(TOOL_ENVS[i % len(TOOL_ENVS)], kind) for i, kind in enumerate(TOOL_FAULTS)]
@@ -72,7 +72,7 @@ def _rss_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
-def run_soak(specs: list[EpisodeSpec]) -> Soak:
+def run_soak(specs: list[EpisodeRequest]) -> Soak:
     fmt = tiny_format()
     episodes = len(specs)
     by_task = {}

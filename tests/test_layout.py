@@ -1,8 +1,10 @@
-"""The package's floor plan: one file name per module, a small root, and old import paths kept."""
+"""The package's floor plan: one file name per module, a small root, a lazy top level."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,19 +24,15 @@ def test_package_root_holds_at_most_eight_modules() -> None:
     assert len(list(PACKAGE.glob("*.py"))) <= 8
 
 
-@pytest.mark.parametrize(
-    ("old", "name", "new"),
-    [
-        ("srt_agent.messages", "Message", "srt_agent.chat.messages"),
-        ("srt_agent.policy", "Policy", "srt_agent.env.episode_loop"),
-        ("srt_agent.registration", "register_env", "srt_agent.env.registration"),
-        ("srt_agent.spaces", "MessagesSpace", "srt_agent.env.spaces"),
-        ("srt_agent.testing", "check_multiturn_env", "srt_agent.env.testing"),
-        ("srt_agent.tool_parser", "parse_tool_calls", "srt_agent.tool.parser"),
-        ("srt_agent.toolset", "ToolSet", "srt_agent.tool.toolset"),
-        ("srt_agent.env", "MultiTurnEnv", "srt_agent.env.multi_turn"),
-        ("srt_agent.tool", "tool", "srt_agent.tool.definition"),
-    ],
-)
-def test_old_import_paths_name_the_moved_objects(old: str, name: str, new: str) -> None:
-    assert getattr(importlib.import_module(old), name) is getattr(importlib.import_module(new), name)
+def test_every_top_level_name_is_the_object_of_its_module() -> None:
+    assert sorted(srt_agent.__all__) == sorted(srt_agent._EXPORTS)
+    for name in srt_agent.__all__:
+        module = importlib.import_module(srt_agent._EXPORTS[name])
+        assert getattr(srt_agent, name) is getattr(module, name)
+    with pytest.raises(AttributeError, match="no attribute 'policy'"):
+        _ = srt_agent.policy  # type: ignore[attr-defined]  # the 0.1.0 module paths are gone
+
+
+def test_importing_the_tree_cache_does_not_import_gymnasium() -> None:
+    code = "import sys, srt_agent.tree_cache; assert 'gymnasium' not in sys.modules, 'gymnasium imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

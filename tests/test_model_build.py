@@ -138,6 +138,29 @@ def test_demo_sources_pass_their_env_options_to_make(tmp_path: Path) -> None:
     assert all(len(d.turns) == 3 for d in two_steps)  # two calculator calls, then the answer
 
 
+def test_drills_keep_the_first_turns_and_train_alone_first(tmp_path: Path) -> None:
+    from srt_agent.recipe.demos import collect_demos
+
+    full = collect_demos("srt/Retail-v0", 2)
+    cut = collect_demos("srt/Retail-v0", 2, turns=2)
+    assert [d.turns[:1] for d in cut] == [d.turns[:1] for d in full]  # the same oracle turns ...
+    assert all(len(d.turns) == 2 and d.turns[-1].observation == () for d in cut)  # ... cut after two
+    assert DemoSource("srt/Retail-v0", 2, turns=2).label == "srt/Retail-v0/first2"
+    cfg = replace(
+        TINY,
+        demos=(("srt/Calculator-v0", 4), DemoSource("srt/Calculator-v0", 6, turns=1)),
+        drill_steps=3,
+    )
+    build_model(tmp_path / "m", config=cfg, show_progress=False)
+    meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
+    assert meta["demos"] == {"srt/Calculator-v0": 4, "srt/Calculator-v0/first1": 6}
+    assert meta["steps"] == 3 + TINY.sft.steps  # the drill phase, then every source
+    with pytest.raises(ValueError, match="needs a drill source"):
+        replace(TINY, drill_steps=3)
+    with pytest.raises(ValueError, match="turns=0"):
+        replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, turns=0),))
+
+
 def test_a_bad_demo_source_fails_the_build_before_any_work(tmp_path: Path) -> None:
     from srt_agent.env.multi_turn import EnvConfigError
     from srt_agent.env.registration import UnknownEnvError

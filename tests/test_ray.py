@@ -17,11 +17,11 @@ from srt_agent.contracts.generation import GenerationRequest, SamplingParams
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.distributed.router import Router
 from srt_agent.engine.hf_checkpoint import read_state_dict
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import Runtime, build_engine, build_runtime
 from srt_agent.tree_cache import TreeCache
-from srt_agent.tree_cache.cache_types import TreeCacheConfig
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 ray = pytest.importorskip("ray")
 
@@ -40,9 +40,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
 
-def _specs() -> list[EpisodeSpec]:
+def _specs() -> list[EpisodeRequest]:
     return [
-        EpisodeSpec("srt/Calculator-v0", seed=s, trial=t, env_options={"max_turns": 2})
+        EpisodeRequest("srt/Calculator-v0", seed=s, trial=t, env_options={"max_turns": 2})
         for s in range(3)
         for t in range(2)
     ]

@@ -39,8 +39,8 @@ def test_custom_env_registration_is_idempotent_and_conflicts_are_refused() -> No
 
 def test_check_env_checks_options_without_building_the_env() -> None:
     from srt_agent.env.multi_turn import EnvConfigError
-    from srt_agent.env.registration import check_env
+    from srt_agent.env.registration import validate_env_options
 
-    assert check_env("srt/Calculator-v0", {"max_turns": 3}) == "srt/Calculator-v0"
+    assert validate_env_options("srt/Calculator-v0", {"max_turns": 3}) == "srt/Calculator-v0"
     with pytest.raises(EnvConfigError, match="unknown option 'max_turn'"):
-        check_env("srt/Calculator-v0", {"max_turn": 3})
+        validate_env_options("srt/Calculator-v0", {"max_turn": 3})

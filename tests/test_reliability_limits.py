@@ -20,10 +20,10 @@ from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.env.registration import register_env
 from srt_agent.isolation import shutdown_workers
-from srt_agent.rollout import EpisodeSpec, RolloutConfig, run_rollouts
-from srt_agent.tool.definition import tool
-from srt_agent.tool.parser import ToolCall
-from srt_agent.tool.toolset import ToolSet, render_output
+from srt_agent.rollout import EpisodeRequest, RolloutConfig, run_rollouts
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.parser import ToolCall
+from srt_agent.tooling.toolset import ToolSet, render_output
 
 
 class SlowConfig(EnvConfig):
@@ -56,7 +56,9 @@ def _respond(req: GenerationRequest) -> str:
 def test_an_env_that_hangs_fails_its_episode_while_the_batch_goes_on() -> None:
     fmt = tiny_format()
     specs = [
-        EpisodeSpec("test-slow/Slow-v0", seed=i, episode_id=f"{hang or 'ok'}-{i}", env_options={"hang": hang})
+        EpisodeRequest(
+            "test-slow/Slow-v0", seed=i, episode_id=f"{hang or 'ok'}-{i}", env_options={"hang": hang}
+        )
         for i, hang in enumerate(["", "reset-sleep", "step-spin", "", "huge-obs"])
     ]
     config = RolloutConfig(max_concurrent=8, env_timeout_s=0.5, max_observation_chars=1000)

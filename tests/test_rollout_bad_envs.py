@@ -23,11 +23,11 @@ from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.env.registration import register_env
 from srt_agent.env.spaces import AnyText, MessagesSpace
-from srt_agent.rollout import EpisodeSpec, Trajectory, run_rollouts
+from srt_agent.rollout import EpisodeRequest, Trajectory, run_rollouts
 from srt_agent.rollout.trace import read_trace, write_trace
-from srt_agent.tool.definition import tool
-from srt_agent.tool.parser import format_tool_call
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.parser import format_tool_call
+from srt_agent.tooling.toolset import ToolSet
 
 Fault = Literal[
     "", "reward-none", "reward-text", "reward-nan", "obs-text", "obs-none", "obs-items", "info-list",
@@ -137,16 +137,16 @@ def respond(req: GenerationRequest) -> str:
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Trajectory], Path]:
     fmt = tiny_format()
-    specs = [EpisodeSpec("test-bad/Plain-v0", seed=0, episode_id="healthy-0")]
+    specs = [EpisodeRequest("test-bad/Plain-v0", seed=0, episode_id="healthy-0")]
     specs += [
-        EpisodeSpec("test-bad/Plain-v0", seed=i, episode_id=case, env_options={"fault": case})
+        EpisodeRequest("test-bad/Plain-v0", seed=i, episode_id=case, env_options={"fault": case})
         for i, case in enumerate(PLAIN_CASES, 1)
     ]
     specs += [
-        EpisodeSpec("test-bad/Tool-v0", seed=0, episode_id=f"tool-{how}", env_options={"how": how})
+        EpisodeRequest("test-bad/Tool-v0", seed=0, episode_id=f"tool-{how}", env_options={"how": how})
         for how in ("exit", "interrupt", "unprintable")
     ]
-    specs.append(EpisodeSpec("test-bad/Plain-v0", seed=99, episode_id="healthy-1"))
+    specs.append(EpisodeRequest("test-bad/Plain-v0", seed=99, episode_id="healthy-1"))
     trajectories = run_rollouts(ScriptedEngine(fmt, respond), fmt, specs, max_concurrent=4)
     trace = tmp_path_factory.mktemp("trace") / "bad.jsonl"
     write_trace(trace, trajectories)

@@ -12,14 +12,14 @@ from test_rollout_support import NAPS, SCRIPT_ENV, episode_of, tiny_format, turn
 
 from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.rollout import (
-    EpisodeSpec,
+    EpisodeRequest,
     RolloutConfig,
     RolloutProgress,
     RolloutScheduler,
     Trajectory,
     run_rollouts,
 )
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 
 NAP_S = 0.3
 
@@ -43,7 +43,7 @@ def napping_engine(delay: float | None = None) -> ScriptedEngine:
 def test_tool_waits_overlap_and_generation_proceeds_while_others_wait() -> None:
     NAPS.clear()
     engine = napping_engine()
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=i) for i in range(8)]
+    specs = [EpisodeRequest(SCRIPT_ENV, seed=i) for i in range(8)]
     t0 = time.perf_counter()
     trajectories = run_rollouts(engine, tiny_format(), specs, max_concurrent=8)
     wall = time.perf_counter() - t0
@@ -64,7 +64,7 @@ def test_tool_waits_overlap_and_generation_proceeds_while_others_wait() -> None:
 
 def test_max_concurrent_bounds_episodes_in_flight_and_queue_time_is_recorded() -> None:
     engine = napping_engine(delay=0.01)
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=i) for i in range(6)]
+    specs = [EpisodeRequest(SCRIPT_ENV, seed=i) for i in range(6)]
     trajectories = run_rollouts(engine, tiny_format(), specs, RolloutConfig(max_concurrent=2))
     assert [t.status for t in trajectories] == ["ok"] * 6
     assert engine.max_in_flight <= 2
@@ -76,7 +76,7 @@ def test_results_come_back_in_input_order_and_progress_sees_each_episode() -> No
     # Later episodes finish first (shorter delays), yet results follow the input order.
     fmt = tiny_format()
     engine = ScriptedEngine(fmt, lambda req: "DONE", delay_s=lambda req: 0.05 - 0.01 * int(episode_of(req)))
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=i, episode_id=str(i)) for i in range(5)]
+    specs = [EpisodeRequest(SCRIPT_ENV, seed=i, episode_id=str(i)) for i in range(5)]
     finished: list[str] = []
     trajectories = run_rollouts(engine, fmt, specs, progress=lambda t: finished.append(t.episode_id))
     assert [t.episode_id for t in trajectories] == ["0", "1", "2", "3", "4"]
@@ -96,7 +96,7 @@ def test_a_raising_progress_callback_does_not_lose_the_rollout() -> None:
     trajectories = run_rollouts(
         ScriptedEngine(tiny_format(), lambda r: "DONE"),
         tiny_format(),
-        [EpisodeSpec(SCRIPT_ENV, seed=0)],
+        [EpisodeRequest(SCRIPT_ENV, seed=0)],
         progress=broken,
     )
     assert trajectories[0].status == "ok"
@@ -107,8 +107,8 @@ def test_scheduler_runs_inside_an_existing_event_loop() -> None:
 
     async def main() -> list[Trajectory]:
         # Two batches on the same loop: the concurrency bound is created per run.
-        first = await scheduler.run([EpisodeSpec(SCRIPT_ENV, seed=0)])
-        return first + await scheduler.run([EpisodeSpec(SCRIPT_ENV, seed=1)])
+        first = await scheduler.run([EpisodeRequest(SCRIPT_ENV, seed=0)])
+        return first + await scheduler.run([EpisodeRequest(SCRIPT_ENV, seed=1)])
 
     trajectories = asyncio.run(main())
     assert [t.status for t in trajectories] == ["ok", "ok"] and trajectories[0].task_id != ""

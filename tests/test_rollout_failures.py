@@ -11,7 +11,7 @@ from scripted_engine import Response, ScriptedEngine
 from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format
 
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, PromptTooLongError
-from srt_agent.rollout import EpisodeSpec, Trajectory, run_rollouts
+from srt_agent.rollout import EpisodeRequest, Trajectory, run_rollouts
 
 # Qwen2.5's template, except that it rewrites the start of the text when the newest message is
 # exactly "REWRITE": append-only for every other conversation, so only that episode breaks.
@@ -53,7 +53,7 @@ def outcome() -> tuple[dict[str, Trajectory], ScriptedEngine, list[logging.LogRe
     fmt = tiny_format(REWRITING)
     engine = ScriptedEngine(fmt, respond, max_context=4096)
     specs = [
-        EpisodeSpec(SCRIPT_ENV, seed=i, episode_id=case, env_options=options)
+        EpisodeRequest(SCRIPT_ENV, seed=i, episode_id=case, env_options=options)
         for i, (case, (options, _, _)) in enumerate(CASES.items())
     ]
     records: list[logging.LogRecord] = []

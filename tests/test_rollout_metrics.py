@@ -12,9 +12,9 @@ from test_rollout_support import SCRIPT_ENV, tiny_format, turn_of
 from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.contracts.speculation import SpecStats, spec_delta
 from srt_agent.evaluation import run_eval
-from srt_agent.rollout import EpisodeSpec, RolloutConfig, RolloutScheduler, rollout_sync, run_rollouts
+from srt_agent.rollout import EpisodeRequest, RolloutConfig, RolloutScheduler, rollout_sync, run_rollouts
 from srt_agent.rollout.metrics import Timeline
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 
 NAP_S = 0.2
 
@@ -32,7 +32,7 @@ def test_time_split_adds_up_to_the_wall_clock_and_sees_tool_waits() -> None:
         return format_tool_call("nap", {"seconds": NAP_S}) if turn_of(req) == 0 else "DONE"
 
     engine = ScriptedEngine(tiny_format(), respond, delay_s=0.05)
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=s) for s in range(3)]
+    specs = [EpisodeRequest(SCRIPT_ENV, seed=s) for s in range(3)]
     batch = rollout_sync(RolloutScheduler(engine, tiny_format(), RolloutConfig()), specs)
     m = batch.metrics
     assert m.generation_s + m.tool_wait_s + m.idle_s == pytest.approx(m.wall_s, rel=0.05)
@@ -80,8 +80,8 @@ def test_spec_delta_subtracts_every_counter() -> None:
 
 def test_eval_reports_speculation_figures_with_spec_on_and_off(model_dir: Path) -> None:
     kwargs = {"episodes": 2, "k": 3, "max_new_tokens": 12, "seed": 1, "env_options": {"max_turns": 3}}
-    on = run_eval("srt/GuessNumber-v0", model_dir, spec=True, max_concurrent=6, **kwargs)  # type: ignore[arg-type]
-    off = run_eval("srt/GuessNumber-v0", model_dir, spec=False, max_concurrent=6, **kwargs)  # type: ignore[arg-type]
+    on = run_eval("srt/GuessNumber-v0", model_dir, speculate=True, max_concurrent=6, **kwargs)  # type: ignore[arg-type]
+    off = run_eval("srt/GuessNumber-v0", model_dir, speculate=False, max_concurrent=6, **kwargs)  # type: ignore[arg-type]
     # Exact verification with per-request seeds: the same tokens whether the engine speculates or not.
     assert [t.token_ids for t in on.trajectories] == [t.token_ids for t in off.trajectories]
     f_on, f_off = on.flat(), off.flat()
@@ -94,8 +94,8 @@ def test_eval_reports_speculation_figures_with_spec_on_and_off(model_dir: Path) 
     # Greedy, one episode at a time: each repeat of a task replays the earlier one's turns, so the
     # tree cache drafts them from the exact state and the drafts are accepted (fewer forwards).
     greedy = {**kwargs, "temperature": 0.0, "max_concurrent": 1}
-    g_on = run_eval("srt/GuessNumber-v0", model_dir, spec=True, **greedy).flat()  # type: ignore[arg-type]
-    g_off = run_eval("srt/GuessNumber-v0", model_dir, spec=False, **greedy)  # type: ignore[arg-type]
+    g_on = run_eval("srt/GuessNumber-v0", model_dir, speculate=True, **greedy).flat()  # type: ignore[arg-type]
+    g_off = run_eval("srt/GuessNumber-v0", model_dir, speculate=False, **greedy)  # type: ignore[arg-type]
     assert g_on["tokens_per_forward"] > 2 and g_on["acceptance_rate"] > 0.5  # type: ignore[operator]
     assert g_on["draft_hit_rate_exact"] > 0 and g_on["verify_forwards"] > 0  # type: ignore[operator]
     assert g_off.flat()["tokens_per_forward"] == 1.0

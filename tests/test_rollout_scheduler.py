@@ -12,8 +12,15 @@ from test_rollout_support import SCRIPT_ENV, episode_of, tiny_format, turn_of
 from srt_agent.chat.messages import user
 from srt_agent.contracts.generation import GenerationRequest, state_key
 from srt_agent.env.registration import make
-from srt_agent.rollout import EpisodeSpec, RolloutConfig, Trajectory, json_safe, run_rollouts, sampling_seed
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.rollout import (
+    EpisodeRequest,
+    RolloutConfig,
+    Trajectory,
+    json_safe,
+    run_rollouts,
+    sampling_seed,
+)
+from srt_agent.tooling.parser import format_tool_call
 
 NAP = format_tool_call("nap", {"seconds": 0.0})
 UNKNOWN = format_tool_call("nosuch", {})
@@ -41,7 +48,7 @@ def test_tokens_are_prompt_plus_verbatim_generations_with_logprobs_and_mask() ->
         return ids
 
     engine = ScriptedEngine(fmt, respond)
-    [traj] = run_rollouts(engine, fmt, [EpisodeSpec(SCRIPT_ENV, seed=3)])
+    [traj] = run_rollouts(engine, fmt, [EpisodeRequest(SCRIPT_ENV, seed=3)])
     assert traj.status == "ok" and traj.num_turns == 3
     requests = {c.request.request_id: c.request for c in engine.calls}
     for turn in traj.turns:
@@ -66,7 +73,7 @@ def test_tokens_are_prompt_plus_verbatim_generations_with_logprobs_and_mask() ->
 
 def test_each_step_reward_is_credited_to_the_turn_that_caused_it() -> None:
     engine = scripted([NAP, UNKNOWN, "one", "DONE"])
-    [traj] = run_rollouts(engine, tiny_format(), [EpisodeSpec(SCRIPT_ENV, seed=0)])
+    [traj] = run_rollouts(engine, tiny_format(), [EpisodeRequest(SCRIPT_ENV, seed=0)])
     assert traj.turn_rewards == (0.5, 0.5, 0.25, 1.0) and traj.total_reward == 2.25
     assert traj.success and traj.terminated and not traj.truncated and traj.reason == ""
     assert traj.tool_calls == 2 and traj.tool_errors == 1  # the unknown tool is a tool error
@@ -78,7 +85,10 @@ def test_each_step_reward_is_credited_to_the_turn_that_caused_it() -> None:
 
 def test_env_turn_limit_and_rollout_turn_cap_truncate_with_reasons() -> None:
     fmt = tiny_format()
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=0, env_options={"max_turns": 2}), EpisodeSpec(SCRIPT_ENV, seed=1)]
+    specs = [
+        EpisodeRequest(SCRIPT_ENV, seed=0, env_options={"max_turns": 2}),
+        EpisodeRequest(SCRIPT_ENV, seed=1),
+    ]
     by_env, by_cap = run_rollouts(scripted(["one"]), fmt, specs, max_turns=3)
     assert by_env.status == "truncated" and by_env.truncated and not by_env.terminated
     assert by_env.reason == "env truncated: max_turns=2 reached" and by_env.num_turns == 2
@@ -90,11 +100,11 @@ def test_env_turn_limit_and_rollout_turn_cap_truncate_with_reasons() -> None:
 
 def test_context_limit_truncates_and_clamps_max_new_tokens() -> None:
     fmt = tiny_format()
-    prompt_len = len(run_rollouts(scripted(["DONE"]), fmt, [EpisodeSpec(SCRIPT_ENV, seed=0)])[0].token_ids)
+    prompt_len = len(run_rollouts(scripted(["DONE"]), fmt, [EpisodeRequest(SCRIPT_ENV, seed=0)])[0].token_ids)
     # Room for the first turn's answer but not for a second turn after the observation.
     engine = ScriptedEngine(fmt, lambda req: "one two one two", max_context=prompt_len + 12)
     config = RolloutConfig(max_new_tokens=100, min_room_tokens=8)
-    [traj] = run_rollouts(engine, fmt, [EpisodeSpec(SCRIPT_ENV, seed=0)], config)
+    [traj] = run_rollouts(engine, fmt, [EpisodeRequest(SCRIPT_ENV, seed=0)], config)
     assert traj.status == "truncated" and traj.truncated and traj.num_turns == 1
     assert traj.reason.startswith(f"context limit: {prompt_len + 12} tokens")
     assert traj.reason.endswith("a turn needs 8 more)")  # min(min_room_tokens, max_new_tokens)
@@ -105,7 +115,7 @@ def test_context_limit_truncates_and_clamps_max_new_tokens() -> None:
 
 
 def test_sampling_seeds_are_derived_from_base_episode_and_turn_whatever_the_concurrency() -> None:
-    specs = [EpisodeSpec(SCRIPT_ENV, seed=s, trial=j) for s in range(3) for j in range(2)]
+    specs = [EpisodeRequest(SCRIPT_ENV, seed=s, trial=j) for s in range(3) for j in range(2)]
 
     def seeds(**overrides: object) -> dict[str, int | None]:
         engine = scripted([NAP, "DONE"])
@@ -125,7 +135,7 @@ def test_requests_carry_task_id_stop_tokens_and_sampling_options() -> None:
     fmt = tiny_format()
     engine = scripted(["DONE"])
     config = RolloutConfig(temperature=0.7, top_p=0.9, top_k=5, max_new_tokens=64)
-    [traj] = run_rollouts(engine, fmt, [EpisodeSpec(SCRIPT_ENV, seed=2, episode_id="ep-a")], config)
+    [traj] = run_rollouts(engine, fmt, [EpisodeRequest(SCRIPT_ENV, seed=2, episode_id="ep-a")], config)
     [call] = engine.calls
     req = call.request
     assert req.task_id == traj.task_id and req.request_id == "ep-a#0" and episode_of(req) == "ep-a"
@@ -136,7 +146,7 @@ def test_requests_carry_task_id_stop_tokens_and_sampling_options() -> None:
 
 def test_duplicate_episode_ids_are_rejected_and_trajectories_validate() -> None:
     with pytest.raises(ValueError, match="duplicate episode_id"):
-        run_rollouts(scripted(["DONE"]), tiny_format(), [EpisodeSpec(SCRIPT_ENV, seed=0)] * 2)
+        run_rollouts(scripted(["DONE"]), tiny_format(), [EpisodeRequest(SCRIPT_ENV, seed=0)] * 2)
     with pytest.raises(ValueError, match="same length"):
         Trajectory(
             episode_id="x", env_id="e", task_id="t", seed=0, trial=0, token_ids=(1, 2), loss_mask=(0,),

@@ -26,9 +26,9 @@ from srt_agent.contracts.generation import GenerationRequest
 from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, oracle_policy
 from srt_agent.env.registration import make, register_env
-from srt_agent.tool.definition import tool
-from srt_agent.tool.parser import MalformedCall, ParsedTurn, ToolCall, parse_tool_calls
-from srt_agent.tool.toolset import ToolResult, ToolSet
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.parser import MalformedCall, ParsedTurn, ToolCall, parse_tool_calls
+from srt_agent.tooling.toolset import ToolResult, ToolSet
 
 NAPS: list[tuple[str, float, float]] = []
 """(label, start, end) of every ``nap`` call, in ``time.perf_counter`` seconds."""

@@ -12,7 +12,7 @@ from test_rollout_support import SCRIPT_ENV, tiny_format, turn_of
 from srt_agent.contracts.generation import state_key
 from srt_agent.rollout import (
     TRACE_SCHEMA,
-    EpisodeSpec,
+    EpisodeRequest,
     TraceFormatError,
     Trajectory,
     episode_prefix,
@@ -21,7 +21,7 @@ from srt_agent.rollout import (
     trace_turns,
     write_trace,
 )
-from srt_agent.tool.parser import format_tool_call
+from srt_agent.tooling.parser import format_tool_call
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,9 @@ def trajectories() -> list[Trajectory]:
     turns = [format_tool_call("nap", {"seconds": 0.0}), "one", "DONE"]
     engine = ScriptedEngine(tiny_format(), lambda req: turns[min(turn_of(req), 2)])
     specs = [
-        EpisodeSpec(SCRIPT_ENV, seed=0),
-        EpisodeSpec(SCRIPT_ENV, seed=1, env_options={"max_turns": 2}),  # truncated after 2 turns
-        EpisodeSpec(SCRIPT_ENV, seed=2, env_options={"fail_in": "reset"}),  # no turns, no lines
+        EpisodeRequest(SCRIPT_ENV, seed=0),
+        EpisodeRequest(SCRIPT_ENV, seed=1, env_options={"max_turns": 2}),  # truncated after 2 turns
+        EpisodeRequest(SCRIPT_ENV, seed=2, env_options={"fail_in": "reset"}),  # no turns, no lines
     ]
     return run_rollouts(engine, tiny_format(), specs)
 

@@ -14,14 +14,14 @@ from srt_agent.contracts.generation import GenerationRequest, state_key
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.rollout import (
-    EpisodeSpec,
+    EpisodeRequest,
     RolloutConfig,
     RolloutScheduler,
     RunAheadConfig,
     ToolMemo,
     rollout_sync,
 )
-from srt_agent.tool.parser import format_tool_call, parse_tool_calls
+from srt_agent.tooling.parser import format_tool_call, parse_tool_calls
 from srt_agent.tree_cache import TreeCache
 
 CALC = "srt/Calculator-v0"
@@ -77,7 +77,7 @@ def test_tool_memo_predicts_only_fully_known_turns() -> None:
 
 def test_known_tool_result_runs_ahead_of_the_exact_post_tool_state() -> None:
     fmt = tiny_format()
-    specs = [EpisodeSpec(CALC, seed=0, trial=j) for j in range(2)]
+    specs = [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)]
     config = RolloutConfig(max_concurrent=1)  # trial 0 (whose call fills the memo) ends before trial 1
     engine = _calculator_engine()
     scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig())
@@ -104,7 +104,7 @@ def test_known_tool_result_runs_ahead_of_the_exact_post_tool_state() -> None:
 
 def test_the_live_request_of_the_state_cancels_a_run_ahead_still_running() -> None:
     fmt = tiny_format()
-    specs = [EpisodeSpec(CALC, seed=0, trial=j) for j in range(2)]
+    specs = [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)]
 
     def respond(req: GenerationRequest) -> str:
         if req.priority == "runahead":
@@ -124,14 +124,14 @@ def test_announced_prompts_give_the_later_live_request_exact_run_ahead_drafts(mo
     fmt = tiny_format()
     cache = TreeCache()
     config = RolloutConfig(max_concurrent=4, temperature=0.0, max_new_tokens=12)
-    announced = [EpisodeSpec(GUESS, seed=s, env_options={"max_turns": 1}) for s in (5, 6)]
+    announced = [EpisodeRequest(GUESS, seed=s, env_options={"max_turns": 1}) for s in (5, 6)]
     with TorchEngine(
         model_dir, max_batch_size=4, draft_source=cache, spec=SpecConfig(adaptive=False, runahead_slowdown=10)
     ) as engine:
         scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig())
         assert scheduler.announce(announced) == 2
         # The batch before the announced one: one episode of three turns, while rows are free.
-        first = rollout_sync(scheduler, [EpisodeSpec(GUESS, seed=0, env_options={"max_turns": 3})])
+        first = rollout_sync(scheduler, [EpisodeRequest(GUESS, seed=0, env_options={"max_turns": 3})])
         assert first.metrics.runahead.started == first.metrics.runahead.completed == 2
         assert first.metrics.spec.runahead_tokens > 0 and first.metrics.runahead.tokens > 0
         later = rollout_sync(scheduler, announced)
@@ -147,13 +147,13 @@ def test_announced_prompts_give_the_later_live_request_exact_run_ahead_drafts(mo
 def test_live_requests_preempt_run_ahead_and_trajectories_are_unchanged(model_dir: Path) -> None:
     fmt = tiny_format()
     config = RolloutConfig(max_concurrent=2, temperature=1.0, max_new_tokens=32, seed=7)
-    live = [EpisodeSpec(GUESS, seed=s, env_options={"max_turns": 4}) for s in (0, 1)]
+    live = [EpisodeRequest(GUESS, seed=s, env_options={"max_turns": 4}) for s in (0, 1)]
     # Run-ahead is told the engine has 6 rows, but it has 2: live requests must take rows back.
     # 24 jobs keep it busy for the whole batch, so every live turn finds run-ahead rows.
     ahead = RunAheadConfig(capacity=6, max_in_flight=4, announce_samples=4)
     with TorchEngine(model_dir, max_batch_size=2, draft_source=TreeCache()) as engine:
         scheduler = RolloutScheduler(engine, fmt, config, runahead=ahead)
-        scheduler.announce([EpisodeSpec(GUESS, seed=s) for s in range(10, 16)])
+        scheduler.announce([EpisodeRequest(GUESS, seed=s) for s in range(10, 16)])
         batch = rollout_sync(scheduler, live)
     with TorchEngine(model_dir, max_batch_size=2) as engine:
         plain = rollout_sync(RolloutScheduler(engine, fmt, config), live)
@@ -164,6 +164,6 @@ def test_live_requests_preempt_run_ahead_and_trajectories_are_unchanged(model_di
 
 def test_no_runahead_without_config_and_announce_is_a_no_op() -> None:
     scheduler = RolloutScheduler(_calculator_engine(), tiny_format())
-    assert scheduler.runahead is None and scheduler.announce([EpisodeSpec(CALC, seed=0)]) == 0
-    batch = rollout_sync(scheduler, [EpisodeSpec(CALC, seed=0, trial=j) for j in range(2)])
+    assert scheduler.runahead is None and scheduler.announce([EpisodeRequest(CALC, seed=0)]) == 0
+    batch = rollout_sync(scheduler, [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)])
     assert batch.metrics.runahead.started == 0 and batch.metrics.episodes == 2

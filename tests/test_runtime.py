@@ -8,7 +8,8 @@ import pytest
 from chat_fixtures import save_tiny_llama
 from test_rollout_support import tiny_format
 
-from srt_agent.rollout import EpisodeSpec
+from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.rollout import EpisodeRequest
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig
 from srt_agent.rollout.scheduler import rollout_sync
 from srt_agent.runtime import build_runtime
@@ -22,12 +23,17 @@ def test_runtime_wires_the_cache_and_run_ahead_and_rolls_out(tmp_path: Path) -> 
     cache = TreeCache()
     rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8)
     with build_runtime(
-        model, rollout, draft_source=cache, run_ahead=RunAheadConfig(), fmt=tiny_format()
+        model,
+        rollout,
+        draft_source=cache,
+        run_ahead=RunAheadConfig(),
+        fmt=tiny_format(),
+        spec=SpecConfig(runahead_slowdown=10),  # the wiring, not the ledger: run-ahead always admitted
     ) as rt:
         assert rt.cache is cache and rt.scheduler.runahead is not None
         # The next batch is announced: its first turn is generated ahead, into the cache only.
-        assert rt.scheduler.announce([EpisodeSpec("srt/GuessNumber-v0", seed=9)]) == 1
-        batch = rollout_sync(rt.scheduler, [EpisodeSpec("srt/GuessNumber-v0", seed=i) for i in range(2)])
+        assert rt.scheduler.announce([EpisodeRequest("srt/GuessNumber-v0", seed=9)]) == 1
+        batch = rollout_sync(rt.scheduler, [EpisodeRequest("srt/GuessNumber-v0", seed=i) for i in range(2)])
     assert len(batch.trajectories) == 2 and cache.stats().tokens_added > 0  # the engine reported to it
     assert batch.metrics.runahead.started == batch.metrics.runahead.completed == 1
     assert batch.metrics.spec.runahead_tokens > 0

@@ -149,7 +149,7 @@ def test_sglang_started_directly_reads_and_checks_the_options_file(
     args = SimpleNamespace(speculative_num_draft_tokens=None, speculative_ngram_max_bfs_breadth=10)
     monkeypatch.setenv(SPEC_FILE_VARIABLE, str(spec_file))
     plugin.validate_server_args(args)
-    plugin.ngram_defaults(args, plugin.worker_spec().max_draft_tokens + 1)
+    plugin.ngram_defaults(args, plugin.worker_spec().tree_slots)
     assert args.speculative_num_draft_tokens == 4  # spec.max_draft_tokens = 3, and the root
     with pytest.raises(ValueError, match=r"--speculative-num-draft-tokens 12 contradicts"):
         plugin.validate_server_args(SimpleNamespace(speculative_num_draft_tokens=12))

@@ -1,6 +1,6 @@
 import pytest
 
-from srt_agent.tool.definition import Tool, ToolArgumentsError, tool
+from srt_agent.tooling.definition import Tool, ToolArgumentsError, tool
 
 
 def test_schema_from_signature_and_docstring() -> None:

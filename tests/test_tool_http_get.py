@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from srt_agent.tool.definition import Tool
-from srt_agent.tool.parser import parse_tool_calls
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.definition import Tool
+from srt_agent.tooling.parser import parse_tool_calls
+from srt_agent.tooling.toolset import ToolSet
 from srt_agent.tools.http_get import (
     FetchFailed,
     FetchRefused,

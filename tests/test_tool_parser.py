@@ -4,7 +4,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.tool.parser import CLOSE_TAG, OPEN_TAG, format_tool_call, parse_tool_calls
+from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG, format_tool_call, parse_tool_calls
 
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from srt_agent.tool.parser import parse_tool_calls
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.parser import parse_tool_calls
+from srt_agent.tooling.toolset import ToolSet
 from srt_agent.tools.python import (
     MAX_CODE_CHARS,
     SandboxLimits,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.tool.parser import parse_tool_calls
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.parser import parse_tool_calls
+from srt_agent.tooling.toolset import ToolSet
 from srt_agent.tools.search import (
     NO_RESULTS,
     Document,

@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from srt_agent.tool.definition import tool
-from srt_agent.tool.parser import format_tool_call, parse_tool_calls
-from srt_agent.tool.toolset import ToolSet, render_output
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.parser import format_tool_call, parse_tool_calls
+from srt_agent.tooling.toolset import ToolSet, render_output
 
 release = threading.Event()
 

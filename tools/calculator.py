@@ -16,7 +16,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from srt_agent.errors import SrtAgentError
-from srt_agent.tool.definition import tool
+from srt_agent.tooling.definition import tool
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 1000

@@ -37,7 +37,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from srt_agent.errors import SrtAgentError, shown
-from srt_agent.tool.definition import Tool, tool
+from srt_agent.tooling.definition import Tool, tool
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript", "application/xhtml")

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from srt_agent.tool.definition import Tool, tool
+from srt_agent.tooling.definition import Tool, tool
 from srt_agent.tools import sandbox_host as host
 
 MAX_CODE_CHARS = 100_000

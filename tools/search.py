@@ -20,7 +20,7 @@ import bm25s
 from pydantic import BaseModel, ConfigDict, Field
 
 from srt_agent.errors import SrtAgentError
-from srt_agent.tool.definition import Tool, tool
+from srt_agent.tooling.definition import Tool, tool
 
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 SNIPPET_CHARS = 200

@@ -22,8 +22,8 @@ from srt_agent.envs.retail.db import CATALOG, Database, generate_database
 from srt_agent.envs.retail.tasks import TASK_KINDS, Task, TaskKind, goal_database, missing_info, sample_task
 from srt_agent.envs.retail.tools import WRITE_TOOLS, RetailSession, build_toolset
 from srt_agent.envs.retail.user_sim import UserSimulator
-from srt_agent.tool.parser import ParsedTurn
-from srt_agent.tool.toolset import ToolResult, ToolSet
+from srt_agent.tooling.parser import ParsedTurn
+from srt_agent.tooling.toolset import ToolResult, ToolSet
 
 SYSTEM_PROMPT = """\
 You are a customer service agent for an online store. Help the user with their request, following \

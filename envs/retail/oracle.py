@@ -20,7 +20,7 @@ from srt_agent.chat.messages import Message
 from srt_agent.envs.retail.db import describe_item
 from srt_agent.envs.retail.tasks import Task
 from srt_agent.envs.retail.tools import WRITE_TOOLS
-from srt_agent.tool.parser import format_tool_call, parse_tool_calls
+from srt_agent.tooling.parser import format_tool_call, parse_tool_calls
 
 _EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 _NAME_RE = re.compile(r"(?:name is|I'm|I am)\s+([A-Z][a-z]+)\s+([A-Z][a-z]+)")

@@ -15,8 +15,8 @@ from typing import Any
 from srt_agent.envs.retail import actions
 from srt_agent.envs.retail.actions import RetailError
 from srt_agent.envs.retail.db import Database, Order, User
-from srt_agent.tool.definition import tool
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.definition import tool
+from srt_agent.tooling.toolset import ToolSet
 
 WRITE_TOOLS = ("cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items")
 

@@ -86,6 +86,15 @@ SGLANG_FIXED = (
 """Options SGLang's n-gram path has no counterpart for: it verifies a fixed-size draft every step."""
 
 
+SGLANG_DRAFT_SLOTS = 12
+"""SGLang's own default ``--speculative-num-draft-tokens`` for n-gram drafting, kept without a spec file."""
+
+
+def sglang_draft_slots(spec: SpecConfig | None) -> int:
+    """SGLang's draft slots per request: ``spec``'s tree slots, or SGLang's default without a spec file."""
+    return SGLANG_DRAFT_SLOTS if spec is None else spec.tree_slots
+
+
 def sglang_refusals(spec: SpecSection, draft_slots: int | None = None) -> list[str]:
     """Why SGLang cannot run with ``spec`` (empty when it can), one reason per option.
 
@@ -108,10 +117,10 @@ def sglang_refusals(spec: SpecSection, draft_slots: int | None = None) -> list[s
         reasons.append(
             "spec.enabled = False: run SGLang's own server without --speculative-algorithm instead"
         )
-    if draft_slots is not None and draft_slots != spec.max_draft_tokens + 1:
+    if draft_slots is not None and draft_slots != spec.tree_slots:
         reasons.append(
             f"--speculative-num-draft-tokens {draft_slots} contradicts spec.max_draft_tokens = "
-            f"{spec.max_draft_tokens} (the slots are the root and the drafts: {spec.max_draft_tokens + 1}); "
+            f"{spec.max_draft_tokens} (the slots are the root and the drafts: {spec.tree_slots}); "
             f"drop the flag, or set spec.max_draft_tokens = {draft_slots - 1}"
         )
     return reasons

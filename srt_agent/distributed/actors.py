@@ -15,7 +15,7 @@ from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.errors import SrtAgentError
 from srt_agent.isolation import await_in_thread
-from srt_agent.tree_cache.cache_types import TreeCacheConfig
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
 

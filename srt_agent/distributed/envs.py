@@ -17,7 +17,7 @@ import gymnasium as gym
 
 from srt_agent.distributed.actors import EnvWorker, EscapedExit
 from srt_agent.errors import SrtAgentError, describe_fault
-from srt_agent.rollout.config import EpisodeSpec
+from srt_agent.rollout.config import EpisodeRequest
 
 __all__ = ["EnvWorkerLost", "EnvWorkerPool", "RemoteEnv"]
 
@@ -93,7 +93,7 @@ class EnvWorkerPool:
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
-    def make(self, spec: EpisodeSpec) -> RemoteEnv:
+    def make(self, spec: EpisodeRequest) -> RemoteEnv:
         """The env of ``spec``, made in the next worker (round-robin).
 
         A worker found dead is replaced by a fresh one and the env made there: a dead worker fails

@@ -26,7 +26,7 @@ from srt_agent.distributed.actors import EngineReplica
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.distributed.router import Router
 from srt_agent.engine.speculation.spec_config import SpecConfig
-from srt_agent.tree_cache.cache_types import TreeCacheConfig
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 if TYPE_CHECKING:
     import torch

@@ -210,7 +210,7 @@ class TorchEngine:
         # A verify forward writes up to max_draft_tokens positions past a row's last real one
         # (padding of shorter trees included), so the cache has that much slack past the context;
         # static steps pad trees to a power of two.
-        width = 1 + self.spec.max_draft_tokens if drafting else 1
+        width = self.spec.tree_slots if drafting else 1
         slack = bucket(width) if static else width - 1
         # Static steps pad rows to a power of two and keep one spare row for prefills' padding.
         rows = bucket(max_batch_size) + 1 if static else max_batch_size

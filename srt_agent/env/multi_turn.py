@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from srt_agent.chat.messages import Message, assistant, format_transcript
 from srt_agent.env.spaces import AnyText, MessagesSpace
 from srt_agent.errors import SrtAgentError
-from srt_agent.tool.parser import MalformedCall, ParsedTurn, parse_tool_calls
-from srt_agent.tool.toolset import ToolResult, ToolSet
+from srt_agent.tooling.parser import MalformedCall, ParsedTurn, parse_tool_calls
+from srt_agent.tooling.toolset import ToolResult, ToolSet
 
 if TYPE_CHECKING:
     from srt_agent.env.episode_loop import Policy

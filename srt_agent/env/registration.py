@@ -107,7 +107,7 @@ def check_env_id(env_id: str) -> str:
     return env_id
 
 
-def check_env(env_id: str, options: Mapping[str, Any] | None = None) -> str:
+def validate_env_options(env_id: str, options: Mapping[str, Any] | None = None) -> str:
     """:func:`check_env_id`, and ``options`` checked against the env's config model, building nothing.
 
     A command checks its env this way before it loads a model, so a typo costs milliseconds; the
@@ -122,13 +122,13 @@ def check_env(env_id: str, options: Mapping[str, Any] | None = None) -> str:
         EnvConfigError: An option is unknown or invalid; the message lists valid ones.
     """
     env_id = check_env_id(env_id)
-    spec = gym.spec(env_id)
-    entry = spec.entry_point
+    registered = gym.spec(env_id)
+    entry = registered.entry_point
     env_cls: Any = load_env_creator(entry) if isinstance(entry, str) else entry  # a class or a factory
     if isinstance(env_cls, type) and issubclass(env_cls, MultiTurnEnv):
         # Constructor parameters of its own (``render_mode``, a callback, ...) are not options.
         own = set(inspect.signature(env_cls).parameters) | _MAKE_ARGUMENTS
-        given = {**spec.kwargs, **(options or {})}
+        given = {**registered.kwargs, **(options or {})}
         validate_config(env_cls, {k: v for k, v in given.items() if k not in own})
     return env_id
 

@@ -3,7 +3,7 @@
 ``gymnasium.spaces.Text`` checks every character against a fixed charset whose default is
 alphanumeric only, so it rejects ordinary prose (spaces, punctuation, newlines, non-ASCII). These
 spaces accept any string; ``sample`` draws strings that look like assistant output, including
-fragments of tool-call syntax, so that ``check_env`` exercises an env's handling of messy text.
+fragments of tool-call syntax, so that ``validate_env_options`` exercises an env's handling of messy text.
 """
 
 from __future__ import annotations

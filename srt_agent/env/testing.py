@@ -21,8 +21,8 @@ from pydantic import Field
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.env.spaces import MessagesSpace
-from srt_agent.tool.definition import Tool, tool
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.definition import Tool, tool
+from srt_agent.tooling.toolset import ToolSet
 
 
 @tool

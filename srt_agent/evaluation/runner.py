@@ -21,13 +21,13 @@ from srt_agent.contracts.generation import Engine
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, check_env
+from srt_agent.env.registration import UnknownEnvError, validate_env_options
 from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, summarize
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError
 from srt_agent.output.reporting import check_outputs, print_error, write_json
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.progress import RolloutProgress
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, rollout_sync
 from srt_agent.rollout.trace import write_trace
@@ -46,7 +46,7 @@ class ModelLoadError(SrtAgentError, RuntimeError):
 
 def eval_episodes(
     env_id: str, tasks: int, k: int, *, first_seed: int = 0, env_options: dict[str, Any] | None = None
-) -> list[EpisodeSpec]:
+) -> list[EpisodeRequest]:
     """The episodes of an evaluation: ``k`` trials of each of ``tasks`` consecutive env seeds.
 
     Raises:
@@ -60,7 +60,7 @@ def eval_episodes(
             "seeds from 10,000,000 up are the model builder's training demonstrations"
         )
     return [
-        EpisodeSpec(env_id, seed=s, trial=j, env_options=dict(env_options or {}))
+        EpisodeRequest(env_id, seed=s, trial=j, env_options=dict(env_options or {}))
         for s in range(first_seed, first_seed + tasks)
         for j in range(k)
     ]
@@ -82,7 +82,7 @@ def run_eval(
     env_options: dict[str, Any] | None = None,
     progress: ProgressCallback | None = None,
     trace_path: str | Path | None = None,
-    spec: bool = True,
+    speculate: bool = True,
     engine: EngineConfig | None = None,
     ray: RayConfig | None = None,
     device: str = "cpu",
@@ -92,8 +92,8 @@ def run_eval(
 
     Args:
         env_id: Any registered env id (built-in or custom).
-        model: A model directory (loaded, with a fresh tree cache if ``spec``, and closed afterwards) or an
-            engine instance (left open; pass ``fmt`` with it).
+        model: A model directory (loaded, with a fresh tree cache if ``speculate``, and closed
+            afterwards) or an engine instance (left open; pass ``fmt`` with it).
         fmt: The chat format of an engine instance's model.
         episodes: Tasks to evaluate (env seeds ``first_seed ..``).
         k: Trials per task (for pass^k); ``episodes * k`` episodes are played.
@@ -106,14 +106,14 @@ def run_eval(
         env_options: Options for ``make`` (e.g. ``{"max_turns": 8}``).
         progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
         trace_path: Also write the per-turn JSONL trace (``srt-trace/1``) here.
-        spec: For a model directory, speculate from a tree cache (SRT) filled by the run's own
+        speculate: For a model directory, speculate from a tree cache (SRT) filled by the run's own
             turns; ignored for an engine instance (its draft source decides).
         engine: For a model directory, which engine: in-process (default), or a server
-            (``kind: sglang``) that drafts on its side (``spec`` is then the server's business).
+            (``kind: sglang``) that drafts on its side (speculation is then the server's business).
         ray: For a model directory, roll out on a Ray cluster (engine replicas, env workers).
         device: For a model directory, where the in-process engine runs (``cpu``, ``cuda``, ``auto``).
         spec_options: For a model directory, the tree cache, speculation and run-ahead settings
-            (a run config's ``spec`` section; default: its defaults). Run-ahead needs ``spec``; its
+            (a run config's ``spec`` section; default: its defaults). Run-ahead needs ``speculate``; its
             jobs run beside the live episodes and only feed the cache.
 
     Returns:
@@ -126,7 +126,7 @@ def run_eval(
         ValueError: Bad counts or seeds, or an engine without ``fmt``.
     """
     specs = eval_episodes(env_id, episodes, k, first_seed=first_seed, env_options=env_options)
-    check_env(env_id, env_options)  # a typo fails in milliseconds, before the model loads
+    validate_env_options(env_id, env_options)  # a typo fails in milliseconds, before the model loads
     config = RolloutConfig(
         max_concurrent=max_concurrent,
         max_turns=max_turns,
@@ -137,11 +137,11 @@ def run_eval(
     used_spec: bool | None
     used: Engine
     if isinstance(model, str | Path):
-        runtime = _load(model, config, spec, progress, engine, ray, device, spec_options)
+        runtime = _load(model, config, speculate, progress, engine, ray, device, spec_options)
         used, scheduler = runtime.engine, runtime.scheduler
         name, owned = str(model), True
         remote = engine is not None and engine.kind == "sglang"
-        used_spec = None if remote else spec
+        used_spec = None if remote else speculate
         if remote:
             name = f"{model} @ {engine.url}"  # type: ignore[union-attr]
     elif fmt is None:
@@ -174,7 +174,7 @@ def run_eval(
 def _load(
     model_dir: str | Path,
     config: RolloutConfig,
-    spec: bool,
+    speculate: bool,
     progress: ProgressCallback | None,
     engine: EngineConfig | None,
     ray: RayConfig | None = None,
@@ -183,7 +183,7 @@ def _load(
 ) -> Runtime:
     """The runtime of a model directory, or :class:`ModelLoadError`.
 
-    With ``spec``: a fresh tree cache and ``options.run_ahead``, as ``train`` builds them.
+    With ``speculate``: a fresh tree cache and ``options.run_ahead``, as ``train`` builds them.
     """
     path = Path(model_dir)
     if not path.is_dir():
@@ -191,13 +191,13 @@ def _load(
     where = resolve_device(device)  # a ValueError naming the device: bad arguments, not a bad model
     try:
         options = options or SpecSection()
-        cache = TreeCache(options.cache) if spec and (engine is None or engine.kind == "torch") else None
+        cache = TreeCache(options.cache) if speculate and (engine is None or engine.kind == "torch") else None
         return build_runtime(
             path,
             config,
             draft_source=cache,
             spec=options.engine_config(),
-            run_ahead=options.run_ahead if spec else None,  # as train: in-process, Ray or a server
+            run_ahead=options.run_ahead if speculate else None,  # as train: in-process, Ray or a server
             progress=progress,
             engine=engine,
             ray=ray,
@@ -233,7 +233,7 @@ def eval_command(
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
         **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
-            ``max_concurrent``, ``env_options``, ``fmt``, ``spec``, ``engine``, ``ray``).
+            ``max_concurrent``, ``env_options``, ``fmt``, ``speculate``, ``engine``, ``ray``).
 
     Returns:
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),

@@ -35,7 +35,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 import srt_agent
 from srt_agent.chat.template import ChatFormat
 from srt_agent.devices import resolve_device
-from srt_agent.env.registration import check_env
+from srt_agent.env.registration import validate_env_options
 from srt_agent.errors import SrtAgentError
 from srt_agent.output.console import make_console
 from srt_agent.recipe.demos import DemoSource, check_sources, demo_texts
@@ -120,6 +120,10 @@ class BuildConfig:
         read_system: Whether the model's chat template renders system prompts and tool lists
             (off for the embedded model: see :func:`srt_agent.recipe.tokenizer.chat_template`).
         sft: Optimisation settings (its ``seed`` is replaced by the build seed).
+        drill_steps: SFT steps on the drill sources alone (those that keep only an episode's
+            first turns, :attr:`DemoSource.turns`) before ``sft`` trains on every source. A small
+            model learns to copy names and ids from its context only after several million
+            tokens; on short drills those tokens cost a third of the time (measured on Retail).
         threads: Torch CPU threads during the build; results are identical run to run for a
             given seed and thread count (a different count changes float summation order).
     """
@@ -137,6 +141,7 @@ class BuildConfig:
     sft: SFTConfig = field(
         default_factory=lambda: SFTConfig(steps=2700, batch_tokens=2100, lr=3e-3, warmup_steps=100)
     )
+    drill_steps: int = 0
     threads: int = 2
 
     def __post_init__(self) -> None:
@@ -144,6 +149,12 @@ class BuildConfig:
         sources = tuple(DemoSource(*d) for d in self.demos)
         check_sources(sources)
         object.__setattr__(self, "demos", sources)
+        if self.drill_steps < 0:
+            raise ValueError(f"drill_steps={self.drill_steps} must be >= 0")
+        if self.drill_steps and not any(s.turns is not None for s in sources):
+            raise ValueError(
+                f"drill_steps={self.drill_steps} needs a drill source (a DemoSource with turns=N)"
+            )
 
 
 PRESETS: dict[str, BuildConfig] = {
@@ -378,7 +389,7 @@ def build_model(
     _check_out_dir(out, force)
     resolve_device(cfg.sft.device)  # fail before minutes of preprocessing
     for source in cfg.demos:  # an env id, option or extra missing: also before any work
-        check_env(source.env_id, source.options)
+        validate_env_options(source.env_id, source.options)
     console = make_console(quiet=not show_progress)
     t0 = time.perf_counter()
     keep_freed_memory()
@@ -414,7 +425,15 @@ def build_model(
         params = sum(p.numel() for p in model.parameters())
         console.print(f"model: {params / 1e6:.2f}M parameters, vocab {len(tok)}, {len(train_set)} sequences")
         sft_cfg = SFTConfig(**{**asdict(cfg.sft), "seed": seed})
+        drill_stats = None
+        if cfg.drill_steps:
+            drills = [e for s in cfg.demos if s.turns is not None for e in examples[s.label]]
+            console.print(f"drills: {cfg.drill_steps} steps on {len(drills)} short sequences first")
+            drill_cfg = SFTConfig(**{**asdict(sft_cfg), "steps": cfg.drill_steps})
+            drill_stats = train(model, drills, drill_cfg, pad_id=pad_id, show_progress=show_progress)
         stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
+        if drill_stats is not None:
+            stats = stats.after(drill_stats)
         torch.nn.Module.to(model, "cpu")
     # `generate` then stops at the end of a turn and pads with <|endoftext|> without being told.
     model.generation_config.eos_token_id = eos_id

@@ -63,17 +63,22 @@ class DemoSource(NamedTuple):
         episodes: Episodes to play.
         demonstrator: A key of :data:`DEMONSTRATORS`.
         options: Env options passed to ``make`` (an env family's difficulty, its tool).
+        turns: Keep only each solved episode's first ``turns`` assistant turns (``None``: all). Drills
+            on the opening of long episodes: the same skills (copying a name, an id) in a short
+            context, many more of them per trained token.
     """
 
     env_id: str
     episodes: int
     demonstrator: str = "oracle"
     options: Mapping[str, Any] | None = None
+    turns: int | None = None
 
     @property
     def label(self) -> str:
-        """The env id, with ``/<demonstrator>`` appended for any but the oracle (report keys)."""
-        return self.env_id if self.demonstrator == "oracle" else f"{self.env_id}/{self.demonstrator}"
+        """The env id, with ``/<demonstrator>`` for any but the oracle and ``/first<turns>`` for a cut."""
+        label = self.env_id if self.demonstrator == "oracle" else f"{self.env_id}/{self.demonstrator}"
+        return label if self.turns is None else f"{label}/first{self.turns}"
 
 
 def demonstrator_policy(name: str) -> Callable[[gym.Env[Observation, str]], Policy]:
@@ -92,6 +97,8 @@ def check_sources(sources: Sequence[DemoSource]) -> None:
     labels = [s.label for s in sources]
     for s in sources:
         demonstrator_policy(s.demonstrator)
+        if s.turns is not None and s.turns < 1:
+            raise ValueError(f"demos: {s.label} keeps turns={s.turns}; give at least 1 (or none: all)")
         if labels.count(s.label) > 1:
             raise ValueError(f"demos: {s.label} is listed twice; give it once with the total episodes")
     for env_id in {s.env_id for s in sources}:
@@ -150,6 +157,14 @@ class Demo:
     turns: tuple[DemoTurn, ...]
     total_reward: float
 
+    def first(self, turns: int) -> Demo:
+        """The demonstration cut after its first ``turns`` assistant turns (the last without its answer)."""
+        kept = self.turns[:turns]
+        if len(kept) == len(self.turns):
+            return self
+        kept = (*kept[:-1], DemoTurn(kept[-1].action, ()))
+        return Demo(self.env_id, self.seed, self.opening, self.tools, kept, self.total_reward)
+
     @property
     def messages(self) -> tuple[Message, ...]:
         """The whole conversation, opening messages first."""
@@ -182,6 +197,7 @@ def collect_demos(
     seeds: range | None = None,
     demonstrator: str = "oracle",
     options: Mapping[str, Any] | None = None,
+    turns: int | None = None,
 ) -> list[Demo]:
     """Play the env's oracle ``count`` times (seeds from :func:`demo_seeds`), keeping solved episodes.
 
@@ -193,6 +209,7 @@ def collect_demos(
             ignored): a slice of a build's block, for collecting in parallel.
         demonstrator: Who plays: a key of :data:`DEMONSTRATORS`.
         options: Env options for ``make``.
+        turns: Keep only the first ``turns`` assistant turns of each solved episode.
 
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task). An episode
@@ -221,7 +238,8 @@ def collect_demos(
                 continue
             if not inner.is_success(result.total_reward, result.final_info):
                 continue
-            demos.append(_to_demo(env_id, seed, result.transcript, tools, result.total_reward))
+            demo = _to_demo(env_id, seed, result.transcript, tools, result.total_reward)
+            demos.append(demo if turns is None else demo.first(turns))
     finally:
         env.close()
     return demos

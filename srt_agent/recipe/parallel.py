@@ -55,7 +55,12 @@ def collect_job(job: tuple[DemoSource, range]) -> list[Demo]:
     """Worker: the solved episodes of one source (env and demonstrator) over a slice of seeds."""
     source, seeds = job
     return collect_demos(
-        source.env_id, len(seeds), seeds=seeds, demonstrator=source.demonstrator, options=source.options
+        source.env_id,
+        len(seeds),
+        seeds=seeds,
+        demonstrator=source.demonstrator,
+        options=source.options,
+        turns=source.turns,
     )
 
 

@@ -119,6 +119,17 @@ class SFTStats:
     final_loss: float
     seconds: float
 
+    def after(self, earlier: SFTStats) -> SFTStats:
+        """Both phases as one run: ``earlier``'s steps first (its final loss is not this run's)."""
+        return SFTStats(
+            steps=earlier.steps + self.steps,
+            tokens=earlier.tokens + self.tokens,
+            loss_tokens=earlier.loss_tokens + self.loss_tokens,
+            losses=earlier.losses + self.losses,
+            final_loss=self.final_loss,
+            seconds=earlier.seconds + self.seconds,
+        )
+
 
 def batches(
     examples: Sequence[Example], batch_tokens: int, rng: np.random.Generator

@@ -1,6 +1,6 @@
 """Rollouts: many multi-turn episodes played concurrently against an engine, token-in/token-out.
 
-* :class:`EpisodeSpec` / :class:`RolloutConfig`: what to play and how;
+* :class:`EpisodeRequest` / :class:`RolloutConfig`: what to play and how;
 * :class:`RolloutScheduler` (async) and :func:`run_rollouts` (sync): play them;
   :meth:`RolloutScheduler.rollout` / :func:`rollout_sync` also return the batch's
   :class:`RolloutMetrics` (speculation, draft hits, run-ahead, time split);
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
-    from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig, sampling_seed
+    from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig, sampling_seed
     from srt_agent.rollout.episode import EpisodeHooks
     from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats
     from srt_agent.rollout.progress import RolloutProgress
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "EpisodeSpec": "srt_agent.rollout.config",
+    "EpisodeRequest": "srt_agent.rollout.config",
     "RolloutConfig": "srt_agent.rollout.config",
     "RunAheadConfig": "srt_agent.rollout.config",
     "sampling_seed": "srt_agent.rollout.config",
@@ -86,7 +86,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "TRACE_SCHEMA",
     "EpisodeHooks",
-    "EpisodeSpec",
+    "EpisodeRequest",
     "ProgressCallback",
     "RolloutBatch",
     "RolloutConfig",

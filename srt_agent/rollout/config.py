@@ -1,4 +1,4 @@
-"""What to roll out (:class:`EpisodeSpec`) and how (:class:`RolloutConfig`, :class:`RunAheadConfig`).
+"""What to roll out (:class:`EpisodeRequest`) and how (:class:`RolloutConfig`, :class:`RunAheadConfig`).
 
 Light on purpose (pydantic only): the run config composes these models, and parsing a config must
 not import torch.
@@ -116,7 +116,7 @@ class RunAheadConfig(BaseModel):
 
 
 @dataclass(frozen=True)
-class EpisodeSpec:
+class EpisodeRequest:
     """One episode to roll out.
 
     Attributes:

@@ -25,7 +25,7 @@ from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_
 from srt_agent.env.registration import make
 from srt_agent.errors import FAULTS, SrtAgentError, describe_fault, shown
 from srt_agent.isolation import CallTimeout, await_in_thread
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, sampling_seed
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, sampling_seed
 
 logger = logging.getLogger("srt_agent.rollout")
 _P = ParamSpec("_P")
@@ -149,17 +149,17 @@ class EpisodeHooks:
 NO_HOOKS = EpisodeHooks()
 
 
-EnvFactory = Callable[[EpisodeSpec], "gym.Env[Any, str]"]
+EnvFactory = Callable[[EpisodeRequest], "gym.Env[Any, str]"]
 """Makes an episode's env from its spec."""
 
 
-def make_env(spec: EpisodeSpec) -> gym.Env[Any, str]:
+def make_env(spec: EpisodeRequest) -> gym.Env[Any, str]:
     """The episode's env, made in this process."""
     return make(spec.env_id, **dict(spec.env_options))
 
 
 class EpisodeRunner:
-    """Plays one :class:`EpisodeSpec` and builds its :class:`Trajectory` (one use per instance).
+    """Plays one :class:`EpisodeRequest` and builds its :class:`Trajectory` (one use per instance).
 
     Args:
         spec: The episode.
@@ -174,7 +174,7 @@ class EpisodeRunner:
 
     def __init__(
         self,
-        spec: EpisodeSpec,
+        spec: EpisodeRequest,
         engine: Engine,
         fmt: ChatFormat,
         config: RolloutConfig,

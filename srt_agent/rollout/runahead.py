@@ -41,7 +41,7 @@ from srt_agent.contracts.generation import Engine, GenerationRequest, state_key
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig, sampling_seed
 from srt_agent.rollout.metrics import RunAheadStats
 from srt_agent.rollout.tool_memo import ToolMemo
-from srt_agent.tool.parser import parse_tool_calls
+from srt_agent.tooling.parser import parse_tool_calls
 
 logger = logging.getLogger("srt_agent.rollout")
 

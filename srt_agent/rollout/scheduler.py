@@ -27,7 +27,7 @@ from srt_agent.contracts.generation import Engine, GenerationRequest
 from srt_agent.contracts.speculation import spec_delta
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.env.registration import make
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics
 from srt_agent.rollout.runahead import RunAhead
@@ -93,7 +93,7 @@ class RolloutScheduler:
         )
         self.last_metrics: RolloutMetrics | None = None
 
-    def announce(self, episodes: Sequence[EpisodeSpec]) -> int:
+    def announce(self, episodes: Sequence[EpisodeRequest]) -> int:
         """Tell the scheduler which episodes come next, so their first turns can be generated ahead.
 
         Each episode's env is made and reset here (blocking, in the caller's thread) and its first
@@ -126,7 +126,7 @@ class RolloutScheduler:
             prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id))
         return self.runahead.queue_announced(prompts)
 
-    async def run(self, episodes: Sequence[EpisodeSpec]) -> list[Trajectory]:
+    async def run(self, episodes: Sequence[EpisodeRequest]) -> list[Trajectory]:
         """Roll out every episode; trajectories come back in the order of ``episodes``.
 
         The batch's metrics are kept in :attr:`last_metrics` (:meth:`rollout` returns both).
@@ -143,7 +143,7 @@ class RolloutScheduler:
         """
         return list((await self.rollout(episodes)).trajectories)
 
-    async def rollout(self, episodes: Sequence[EpisodeSpec]) -> RolloutBatch:
+    async def rollout(self, episodes: Sequence[EpisodeRequest]) -> RolloutBatch:
         """Like :meth:`run`, and also return the batch's :class:`RolloutMetrics`.
 
         Raises:
@@ -170,7 +170,7 @@ class RolloutScheduler:
         self.last_metrics = metrics
         return RolloutBatch(tuple(trajectories), metrics)
 
-    async def _one(self, spec: EpisodeSpec, slots: asyncio.Semaphore, hooks: EpisodeHooks) -> Trajectory:
+    async def _one(self, spec: EpisodeRequest, slots: asyncio.Semaphore, hooks: EpisodeHooks) -> Trajectory:
         queued = time.perf_counter()
         async with slots:
             runner = EpisodeRunner(
@@ -245,7 +245,7 @@ class _BatchHooks(EpisodeHooks):
             self.runahead.episode_ended(runner.spec.episode_id)
 
 
-def _check_unique(episodes: Sequence[EpisodeSpec]) -> None:
+def _check_unique(episodes: Sequence[EpisodeRequest]) -> None:
     seen: set[str] = set()
     for spec in episodes:
         if spec.episode_id in seen:
@@ -259,7 +259,7 @@ def _check_unique(episodes: Sequence[EpisodeSpec]) -> None:
 def run_rollouts(
     engine: Engine,
     fmt: ChatFormat,
-    episodes: Sequence[EpisodeSpec],
+    episodes: Sequence[EpisodeRequest],
     config: RolloutConfig | None = None,
     *,
     progress: ProgressCallback | None = None,
@@ -288,7 +288,7 @@ def run_rollouts(
     return list(rollout_sync(scheduler, episodes).trajectories)
 
 
-def rollout_sync(scheduler: RolloutScheduler, episodes: Sequence[EpisodeSpec]) -> RolloutBatch:
+def rollout_sync(scheduler: RolloutScheduler, episodes: Sequence[EpisodeRequest]) -> RolloutBatch:
     """Synchronous :meth:`RolloutScheduler.rollout` on a fresh event loop (from synchronous code only).
 
     The same scheduler can be used for many batches (its run-ahead queue and tool memo persist).

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 
 from srt_agent.chat.messages import Message, tool_result
-from srt_agent.tool.parser import ToolCall
+from srt_agent.tooling.parser import ToolCall
 
 
 def canonical_arguments(arguments: dict[str, object]) -> str:

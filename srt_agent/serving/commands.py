@@ -57,6 +57,9 @@ def serve(
     from srt_agent.tree_cache import TreeCache
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # With `spec.enabled: false` nothing would ever be drafted: no tree cache, and the server says
+    # "SRT off" (in its banner and /get_server_info) rather than claiming speculation.
+    spec = spec and (spec_config is None or spec_config.enabled)
     engine = TorchEngine(
         model_dir,
         max_batch_size=max_batch,

@@ -35,7 +35,7 @@ from srt_agent.contracts.generation import (
     PromptTooLongError,
 )
 from srt_agent.contracts.speculation import SpecStats
-from srt_agent.tool.parser import parse_tool_calls
+from srt_agent.tooling.parser import parse_tool_calls
 
 log = logging.getLogger(__name__)
 

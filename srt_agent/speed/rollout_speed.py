@@ -52,10 +52,10 @@ from srt_agent.chat.template import ChatFormat
 from srt_agent.config.sections import SpecSection
 from srt_agent.contracts.generation import Engine, GenerationRequest, SamplingParams
 from srt_agent.engine.speculation.spec_config import SpecConfig
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig, RunAheadConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.metrics import RolloutMetrics
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
-from srt_agent.tree_cache.cache_types import TreeCacheConfig
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 log = logging.getLogger(__name__)
 
@@ -222,12 +222,12 @@ class _Arm:
 
 def episodes_of(
     config: RolloutBenchConfig, env_id: str, round_: int, *, rolled_id: str = ""
-) -> list[EpisodeSpec]:
+) -> list[EpisodeRequest]:
     """The episodes of one env in one round (ids carry the round, so sampling seeds differ by round)."""
     rolled = rolled_id or env_id
     options = {"max_turns": config.max_turns}
     return [
-        EpisodeSpec(
+        EpisodeRequest(
             rolled,
             seed=config.first_env_seed + i,
             trial=j,

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, check_env
+from srt_agent.env.registration import UnknownEnvError, validate_env_options
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError, check_output_dir
 from srt_agent.output.records import write_record
@@ -91,7 +91,7 @@ def train_command(
     try:
         cfg = load_config(config, overrides)
         # Checked before anything runs: a typo here should not cost a model build or a run.
-        check_env(cfg.env.id, cfg.env.options)
+        validate_env_options(cfg.env.id, cfg.env.options)
         check_output_dir(cfg.trainer.out_dir, "trainer.out_dir")
         check_outputs((json_path, "--json"))
     except (ConfigError, UnknownEnvError, EnvConfigError, OutputPathError) as exc:

@@ -26,7 +26,7 @@ from srt_agent.config import RunConfig
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.evaluation import EvalReport, run_eval
-from srt_agent.rollout.config import EpisodeSpec
+from srt_agent.rollout.config import EpisodeRequest
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, run_with_env_threads
 from srt_agent.runtime import Runtime, build_runtime
 from srt_agent.tree_cache import TreeCache
@@ -99,9 +99,9 @@ class Rollouts:
 
     def rollout(
         self,
-        specs: Sequence[EpisodeSpec],
+        specs: Sequence[EpisodeRequest],
         *,
-        announce: Sequence[EpisodeSpec] = (),
+        announce: Sequence[EpisodeRequest] = (),
         progress: ProgressCallback | None = None,
     ) -> StepRollout:
         """Roll out ``specs`` with speculation (SRT), announcing ``announce`` to the run-ahead queue.
@@ -126,7 +126,9 @@ class Rollouts:
         extra = _scheduler_figures(self.scheduler)
         return StepRollout(trajectories, seconds, self.engine.spec_stats(reset=True), extra)
 
-    def baseline(self, specs: Sequence[EpisodeSpec], progress: ProgressCallback | None = None) -> StepRollout:
+    def baseline(
+        self, specs: Sequence[EpisodeRequest], progress: ProgressCallback | None = None
+    ) -> StepRollout:
         """Roll out ``specs`` again with speculation off (same sampling seeds), for timing only."""
         if self._baseline is None:
             self._baseline = self._runtime(None)
@@ -164,7 +166,7 @@ class Rollouts:
         )
 
     async def _announce_and_run(
-        self, specs: Sequence[EpisodeSpec], ahead: Sequence[EpisodeSpec]
+        self, specs: Sequence[EpisodeRequest], ahead: Sequence[EpisodeRequest]
     ) -> list[Trajectory]:
         if ahead:
             try:

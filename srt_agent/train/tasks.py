@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from srt_agent.config import RunConfig
-from srt_agent.rollout.config import EpisodeSpec
+from srt_agent.rollout.config import EpisodeRequest
 
 
 def step_seeds(cfg: RunConfig, step: int, round_: int = 0, count: int | None = None) -> list[int]:
@@ -31,14 +31,16 @@ def step_seeds(cfg: RunConfig, step: int, round_: int = 0, count: int | None = N
     return rng.sample(range(seeds.start, seeds.stop), n)
 
 
-def step_episodes(cfg: RunConfig, step: int, round_: int = 0, count: int | None = None) -> list[EpisodeSpec]:
+def step_episodes(
+    cfg: RunConfig, step: int, round_: int = 0, count: int | None = None
+) -> list[EpisodeRequest]:
     """The episodes of one rollout round: ``rollout.n`` trials of each of :func:`step_seeds`.
 
     Episode ids name the step and round, so every request's sampling seed (derived from the id) is
     new each step, and a baseline rollout of the same specs samples the same tokens.
     """
     return [
-        EpisodeSpec(
+        EpisodeRequest(
             cfg.env.id,
             seed=seed,
             trial=trial,

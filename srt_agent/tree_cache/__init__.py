@@ -5,9 +5,9 @@ draft source, this one included, through :class:`~srt_agent.contracts.draft.Draf
 """
 
 from srt_agent.tree_cache.cache import TreeCache
-from srt_agent.tree_cache.cache_io import FORMAT_VERSION as TREE_CACHE_FORMAT
-from srt_agent.tree_cache.cache_io import CacheFileError
-from srt_agent.tree_cache.cache_types import CacheIntegrityError, TreeCacheConfig, TreeCacheStats
+from srt_agent.tree_cache.options import CacheIntegrityError, TreeCacheConfig, TreeCacheStats
+from srt_agent.tree_cache.persistence import FORMAT_VERSION as TREE_CACHE_FORMAT
+from srt_agent.tree_cache.persistence import CacheFileError
 
 __all__ = [
     "TREE_CACHE_FORMAT",

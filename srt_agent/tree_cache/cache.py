@@ -42,14 +42,14 @@ from srt_agent.contracts.draft import (
     StreamKind,
     StreamUpdate,
 )
-from srt_agent.tree_cache.cache_io import CacheFileError, TreeArrays, load_arrays, save_arrays
-from srt_agent.tree_cache.cache_types import (
+from srt_agent.tree_cache.core import CacheCore, make_core
+from srt_agent.tree_cache.options import (
     COUNTERS,
     CacheIntegrityError,
     TreeCacheConfig,
     TreeCacheStats,
 )
-from srt_agent.tree_cache.core import CacheCore, make_core
+from srt_agent.tree_cache.persistence import CacheFileError, TreeArrays, load_arrays, save_arrays
 
 __all__ = ["CacheIntegrityError", "TreeCache", "TreeCacheConfig", "TreeCacheStats"]
 

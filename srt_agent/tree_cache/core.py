@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from srt_agent import native
 from srt_agent.contracts.draft import DraftQuery, DraftTree, StreamUpdate
-from srt_agent.tree_cache.cache_types import (
+from srt_agent.tree_cache.options import (
     STATE_BYTES,
     STREAM_BYTES,
     STREAM_TOKEN_BYTES,

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from srt_agent.contracts.draft import DraftQuery, DraftSource, DraftTree, StreamUpdate
-from srt_agent.tree_cache.cache_checks import cache_problems
-from srt_agent.tree_cache.cache_io import TreeArrays, arrays_to_nodes, tree_to_arrays
-from srt_agent.tree_cache.cache_types import COUNTERS, STREAM_BYTES, STREAM_TOKEN_BYTES, TreeCacheConfig
+from srt_agent.tree_cache.integrity import cache_problems
+from srt_agent.tree_cache.options import COUNTERS, STREAM_BYTES, STREAM_TOKEN_BYTES, TreeCacheConfig
+from srt_agent.tree_cache.persistence import TreeArrays, arrays_to_nodes, tree_to_arrays
 from srt_agent.tree_cache.prefix_tree import Node, child, select_draft
 from srt_agent.tree_cache.store import State, TreeStore
 
@@ -206,7 +206,7 @@ class PythonCore(TreeStore):
         return len(self._states), self._nodes, len(self._streams), self._bytes
 
     def counters(self) -> list[int]:
-        """The counters, in :data:`~srt_agent.tree_cache.cache_types.COUNTERS` order."""
+        """The counters, in :data:`~srt_agent.tree_cache.options.COUNTERS` order."""
         return [self._counts[k] for k in COUNTERS]
 
     def set_counters(self, values: Sequence[int]) -> None:

@@ -2,7 +2,7 @@
 
 :class:`TreeStore` is the data structure behind :class:`~srt_agent.tree_cache.cache.TreeCache`
 and holds no lock: every method here runs under the cache's lock. It keeps the byte estimate
-exact at every step (:mod:`cache_types` prices each part) and evicts whole states, least recently
+exact at every step (:mod:`options` prices each part) and evicts whole states, least recently
 used first, when the estimate passes the budget.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from srt_agent.contracts.draft import DraftSource
-from srt_agent.tree_cache.cache_types import (
+from srt_agent.tree_cache.options import (
     COUNTERS,
     STATE_BYTES,
     STREAM_BYTES,

@@ -237,7 +237,7 @@ class CostModel:
         limit = self.config.max_batch_tokens // max(batch, 1)
         if self.fixed_width is not None:
             return self.fixed_width if self.fixed_width <= limit else 1
-        return max(1, min(1 + self.config.max_draft_tokens, limit))
+        return max(1, min(self.config.tree_slots, limit))
 
     def ask(self, caps: Sequence[int], groups: Sequence[str] | None = None) -> list[int]:
         """How many draft tokens to ask the draft source for, per row (0: do not ask).

@@ -69,3 +69,11 @@ class SpecConfig(BaseModel):
         "also stops where its drafts do not pay for its forwards (see engine/speculation/runahead_gate.py). "
         "10: no limit (run-ahead takes every row live requests leave free).",
     )
+
+    @property
+    def tree_slots(self) -> int:
+        """Positions of one row's verify tree: its root (the last committed token) and the drafts.
+
+        The width of a padded verify step, and SGLang's ``--speculative-num-draft-tokens``.
+        """
+        return 1 + self.max_draft_tokens

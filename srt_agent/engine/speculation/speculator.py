@@ -142,7 +142,7 @@ class Speculator:
         self.config = config
         self.counters = counters
         self.cost = CostModel(config)
-        if graphs is not None and graphs.fits(1, 1 + config.max_draft_tokens):
+        if graphs is not None and graphs.fits(1, config.tree_slots):
             self.cost.fixed_width = graphs.max_width  # static verify steps are padded to it
         self.last_width = 1  # tree positions per row of the last verify forward, padding included
         self.last_runahead_accepted = 0  # accepted draft tokens from run-ahead in the last verify step

@@ -51,8 +51,8 @@ from srt_agent.integrations.ecosystems.foreign import (
     import_package,
     reraise_foreign,
 )
-from srt_agent.tool.parser import format_tool_call
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.parser import format_tool_call
+from srt_agent.tooling.toolset import ToolSet
 
 __all__ = ["CalculateThenAnswer", "ReasoningGymConfig", "ReasoningGymEnv", "register"]
 

@@ -53,7 +53,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     import_package,
     reraise_foreign,
 )
-from srt_agent.tool.toolset import ToolSet
+from srt_agent.tooling.toolset import ToolSet
 
 __all__ = ["VerifiersConfig", "VerifiersEnv", "register"]
 

@@ -22,7 +22,7 @@ from srt_agent.chat.template import ChatFormat
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest, check_room
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.rollout.config import EpisodeSpec, RolloutConfig
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.episode import EpisodeRunner
 
 __all__ = ["VLLMEngineAdapter", "episode_prompt", "play_episode", "to_openrlhf", "write_prompts"]
@@ -179,7 +179,7 @@ async def play_episode(
     # OpenRLHF plays a prompt's samples at once with the same arguments: each needs its own
     # episode id (its requests' ids derive from it, and an engine refuses two alike in flight).
     # The task is the same for all of them, so SRT still groups their drafts.
-    spec = EpisodeSpec(
+    spec = EpisodeRequest(
         env_id, seed=env_seed, env_options=options, episode_id=f"{env_id}/{env_seed}/{uuid.uuid4().hex[:12]}"
     )
     # An srt-agent engine (SGLangRolloutEngine) is played directly: its requests keep their task

@@ -100,11 +100,11 @@ def validate_server_args(server_args: Any) -> None:
         raise ValueError(f"{SPEC_FILE_VARIABLE}={path}: " + "; ".join(refused))
 
 
-def ngram_defaults(server_args: Any, draft_slots: int = 12) -> None:
+def ngram_defaults(server_args: Any, draft_slots: int | None = None) -> None:
     """Apply the server-arg defaults SGLang gives its own n-gram algorithm (``_handle_ngram``).
 
-    A registered algorithm does not get them by itself: ``draft_slots`` draft slots (SGLang's
-    12, or ``spec.max_draft_tokens + 1`` of ``SRT_SPEC_CONFIG``), 48 running requests, no mixed
+    A registered algorithm does not get them by itself: ``draft_slots`` draft slots (default:
+    :func:`~srt_agent.config.spec_file.sglang_draft_slots`), 48 running requests, no mixed
     chunked prefill, and no overlap scheduling on CPU.
     """
     if getattr(server_args, "device", None) == "cpu":
@@ -114,7 +114,9 @@ def ngram_defaults(server_args: Any, draft_slots: int = 12) -> None:
     server_args.enable_mixed_chunk = False
     server_args.speculative_eagle_topk = server_args.speculative_ngram_max_bfs_breadth
     if getattr(server_args, "speculative_num_draft_tokens", None) is None:
-        server_args.speculative_num_draft_tokens = draft_slots
+        from srt_agent.config.spec_file import sglang_draft_slots
+
+        server_args.speculative_num_draft_tokens = draft_slots or sglang_draft_slots(None)
     if getattr(server_args, "speculative_num_steps", None) is None:
         server_args.speculative_num_steps = (
             server_args.speculative_num_draft_tokens // server_args.speculative_eagle_topk
@@ -151,7 +153,9 @@ def _algorithm_class(base: type) -> type:
 
         def handle_server_args(self, server_args: Any) -> None:
             given = os.environ.get(SPEC_FILE_VARIABLE)  # without a file, SGLang's n-gram default
-            ngram_defaults(server_args, worker_spec().max_draft_tokens + 1 if given else 12)
+            from srt_agent.config.spec_file import sglang_draft_slots
+
+            ngram_defaults(server_args, sglang_draft_slots(worker_spec() if given else None))
 
         def create_future_map(
             self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from srt_agent.tree_cache.cache_types import STATE_BYTES, STREAM_BYTES, STREAM_TOKEN_BYTES, TASK_BYTES
+from srt_agent.tree_cache.options import STATE_BYTES, STREAM_BYTES, STREAM_TOKEN_BYTES, TASK_BYTES
 from srt_agent.tree_cache.prefix_tree import Node, check_tree, child, iter_nodes, tree_bytes
 from srt_agent.tree_cache.suffix_index import node_key
 

@@ -3,7 +3,7 @@
 ``@tool`` reads a function's signature and Google-style docstring and builds a pydantic model of its
 arguments. That model gives both the JSON schema shown to the model (OpenAI/Hermes function format)
 and the validation applied to every call, so a schema can never drift from what the function accepts.
-Executing calls (timeouts, error reports) is :mod:`srt_agent.tool.toolset`'s job.
+Executing calls (timeouts, error reports) is :mod:`srt_agent.tooling.toolset`'s job.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Tool:
     """A callable tool with a validated argument model.
 
     Build one with :func:`tool`. Calling the object calls the function directly (no timeout);
-    rollouts go through :class:`~srt_agent.tool.toolset.ToolSet`, which adds timeouts and error capture.
+    rollouts go through :class:`~srt_agent.tooling.toolset.ToolSet`, which adds timeouts and error capture.
 
     Attributes:
         name: The name the model uses in ``<tool_call>{"name": ...}``.

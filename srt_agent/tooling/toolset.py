@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict
 from srt_agent.chat.messages import Message, cap_text, tool_result
 from srt_agent.errors import FAULTS, describe_fault, shown
 from srt_agent.isolation import CallTimeout, RemoteError, await_in_thread, run_in_process, run_in_thread
-from srt_agent.tool.definition import Tool, ToolArgumentsError
-from srt_agent.tool.parser import MalformedCall, ParsedTurn, ToolCall
+from srt_agent.tooling.definition import Tool, ToolArgumentsError
+from srt_agent.tooling.parser import MalformedCall, ParsedTurn, ToolCall
 
 _MAX_NAME_CHARS = 64
 """Longest tool name echoed back (valid names are at most 64 characters)."""
