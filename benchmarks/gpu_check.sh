@@ -9,7 +9,8 @@
 #   4. GRPO training on the GPU (configs/gpu.yaml);
 #   5. bench rollout at an RL batch (16 x 8 per env, batch 128, configs/gpu.yaml's spec): off, srt;
 #   6. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager);
-#   7. build the gpu-0.5b preset (Qwen2.5-0.5B's shape, bfloat16 SFT) and bench rollout on it: off, srt.
+#   7. build the gpu-0.5b preset (Qwen2.5-0.5B's shape, bfloat16 SFT) and bench rollout on it: off, srt;
+#   8. (only when named in STAGES) retail: build the retail-gpu preset and train configs/retail-gpu.yaml.
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
 # Usage, from the repository root of a CUDA machine with srt-agent importable:
@@ -114,4 +115,12 @@ if [[ -z ${BIG_MODEL:-} ]]; then
 fi
 stage big 150 "${cli[@]}" bench rollout --model "$big" --device "$device" --configs off,srt \
     --rounds "${BIG_ROUNDS:-3}" --json "$out/bench05.json" "${bench_args[@]}"
+# The dialogue benchmark (not in the default stages: STAGES="retail" or add it): build the retail-gpu
+# preset, then GRPO with configs/retail-gpu.yaml, held-out pass^1 before and after in retail.json.
+retail=${RETAIL_MODEL:-runs/retail-gpu-model}
+if [[ -z ${RETAIL_MODEL:-} ]]; then
+    stage retail 240 "${cli[@]}" build-model --preset retail-gpu --out "$retail" --force --json "$out/build_retail.json"
+fi
+stage retail 330 "${cli[@]}" train configs/retail-gpu.yaml "model.dir=$retail" "trainer.device=$device" \
+    "trainer.time_limit_s=${RETAIL_TIME:-240}" trainer.out_dir=runs/gpu-check-retail --json "$out/retail.json"
 echo "gpu_check done in $(($(date +%s) - start))s" | tee -a "$log"

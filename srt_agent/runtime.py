@@ -9,6 +9,7 @@ on its side.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler
 from srt_agent.serving.engine_config import EngineConfig
 from srt_agent.tree_cache import TreeCache
 from srt_agent.tree_cache.options import TreeCacheConfig
+
+log = logging.getLogger(__name__)
+_DEFAULT_SPEC = SpecConfig()
 
 if TYPE_CHECKING:
     import torch
@@ -86,6 +90,7 @@ def build_runtime(
     ray: RayConfig | None = None,
     dtype: torch.dtype | None = None,
     cuda_graphs: bool | None = None,
+    replica_caches: Path | None = None,
 ) -> Runtime:
     """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` (or a server's client).
 
@@ -111,6 +116,8 @@ def build_runtime(
             run-ahead queue feeding them, and env workers; see :mod:`srt_agent.distributed`.
         dtype: The in-process engine's dtype (default: bfloat16 on a GPU, float32 on a CPU).
         cuda_graphs: The in-process engine's CUDA graphs (default: on a GPU).
+        replica_caches: On Ray, a checkpoint directory whose replica tree caches (and routes) the
+            replicas start from.
 
     Raises:
         ValueError: Run-ahead asked for without a draft source, or (on Ray) a draft source that
@@ -121,6 +128,14 @@ def build_runtime(
     fmt = fmt or ChatFormat.from_pretrained(model_dir)
     ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
     if engine is not None and engine.kind == "sglang":
+        if spec is not None and any(
+            getattr(spec, f) != getattr(_DEFAULT_SPEC, f) for f in SpecConfig.model_fields
+        ):
+            # The server drafts by its own options (its launch flags and SRT_SPEC_CONFIG file).
+            log.warning(
+                "spec options are not used with engine.kind=sglang: the server drafts by the options "
+                "it was launched with (srt-agent sglang-serve --config FILE)"
+            )
         remote = _connect(model_dir, engine, rollout)
         scheduler = RolloutScheduler(remote, fmt, rollout, runahead=ahead, progress=progress)
         return Runtime(remote, fmt, None, scheduler)
@@ -136,6 +151,7 @@ def build_runtime(
             runahead=ahead,
             seed=seed,
             progress=progress,
+            saved_caches=replica_caches,
         )
     if ahead is not None and draft_source is None:
         raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
@@ -206,6 +222,7 @@ def _on_ray(
     runahead: RunAheadConfig | None,
     seed: int | None,
     progress: ProgressCallback | None,
+    saved_caches: Path | None,
 ) -> Runtime:
     import ray
 
@@ -225,7 +242,13 @@ def _on_ray(
     if runahead is not None and cache is None:
         raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
     engine = RayEngine(
-        model_dir, config, max_batch_size=rollout.max_concurrent, cache=cache, spec=spec, seed=seed or 0
+        model_dir,
+        config,
+        max_batch_size=rollout.max_concurrent,
+        cache=cache,
+        spec=spec,
+        seed=seed or 0,
+        saved_caches=saved_caches,
     )
     pool = EnvWorkerPool(config.env_workers) if config.env_workers else None
     factory = pool.make if pool is not None else None

@@ -172,7 +172,7 @@ def test_heartbeat_prints_progress_where_bars_cannot_show() -> None:
 
 
 def test_env_options_are_read_as_run_config_overrides_are() -> None:
-    from srt_agent.cli import _env_options
+    from srt_agent.cli.app import parse_env_options as _env_options
 
     got = _env_options(["max_turns=4", "lr=1e-4", "ops=[+, '-']", "dataset_options={min_terms: 2}"])
     assert got == {"max_turns": 4, "lr": 1e-4, "ops": ["+", "-"], "dataset_options": {"min_terms": 2}}

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from srt_agent.cli import app
-from srt_agent.env.registration import UnknownEnvError, check_env_id
-from srt_agent.integrations.ecosystems import ECOSYSTEMS, ecosystem
+from srt_agent.env.registration import UnknownEnvError, check_env_id, env_prefixes
+from srt_agent.integrations.ecosystems import _ALIASES, ECOSYSTEMS, ecosystem
 from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnvError,
     LoopThread,
@@ -32,6 +32,14 @@ def test_every_ecosystem_names_an_adapter_module_and_an_extra() -> None:
         assert importlib.util.find_spec(eco.adapter) is not None, eco.adapter
         assert eco.example.startswith(f"{eco.prefix}:")
     assert ecosystem("reasoning-gym") is ECOSYSTEMS["reasoning_gym"] and ecosystem("srt") is None
+
+
+def test_every_prefix_and_alias_is_declared_as_an_entry_point_of_its_adapter() -> None:
+    declared = env_prefixes()
+    assert set(declared) == set(ECOSYSTEMS) | set(_ALIASES)
+    for prefix, entry in declared.items():
+        resolver = entry.load()
+        assert resolver.args == (ecosystem(prefix).prefix,)  # type: ignore[union-attr]
 
 
 def test_a_missing_package_says_how_to_install_it() -> None:

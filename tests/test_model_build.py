@@ -11,7 +11,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import srt_agent.recipe.build as build_mod
 from srt_agent.chat.template import ChatFormat
 from srt_agent.recipe import BuildDirError, build_model, ensure_model, is_model_dir
-from srt_agent.recipe.build import BUILD_FILE, PRESETS, BuildConfig, preset_config
+from srt_agent.recipe.build import (
+    BUILD_FILE,
+    PRESETS,
+    SHIPPED,
+    SHIPPED_DIR,
+    BuildConfig,
+    preset_config,
+    shipped_build,
+)
 from srt_agent.recipe.demos import DemoSource
 
 
@@ -203,6 +211,10 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     config = load_config(Path(__file__).parents[1] / "configs" / "retail.yaml")
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0"}
+    gpu = load_config(Path(__file__).parents[1] / "configs" / "retail-gpu.yaml")
+    assert gpu.model.build_preset == "retail-gpu" and gpu.env.id == "srt/Retail-v0"
+    assert gpu.trainer.device == "cuda" and preset_config("retail-gpu").sft.device == "cuda"
+    assert preset_config("retail-gpu").drill_steps > 0  # its drills are trained first
 
 
 def test_presets_match_the_run_config_choices() -> None:
@@ -251,3 +263,38 @@ def test_preset_builds_fit_the_quickstart_budget_and_record_metadata(preset: str
     assert all(s["max"] <= meta["context"] for s in meta["seq_len"].values())
     model = AutoModelForCausalLM.from_pretrained(tmp_path / preset)
     assert sum(p.numel() for p in model.parameters()) == meta["params"]
+    if preset in SHIPPED:  # the shipped build is this build, bit for bit (same machine kind, 2 threads)
+        assert _weights(tmp_path / preset).keys() == _weights(SHIPPED_DIR / preset).keys()
+        for name, tensor in _weights(tmp_path / preset).items():
+            assert torch.equal(tensor, _weights(SHIPPED_DIR / preset)[name]), name
+        shipped_tok = (SHIPPED_DIR / preset / "tokenizer.json").read_text()
+        assert (tmp_path / preset / "tokenizer.json").read_text() == shipped_tok
+
+
+def test_the_shipped_quickstart_model_is_intact_and_records_its_recipe() -> None:
+    path = SHIPPED_DIR / "tool-choice"
+    assert is_model_dir(path)
+    assert shipped_build(preset_config("tool-choice"), seed=0) == path  # the checksum holds
+    meta = json.loads((path / BUILD_FILE).read_text())
+    cfg = preset_config("tool-choice")
+    assert meta["seed"] == 0 and meta["steps"] == cfg.sft.steps
+    assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
+    assert shipped_build(preset_config("tool-choice"), seed=1) is None  # another seed is built
+    assert shipped_build(preset_config("embedded"), seed=0) is None
+
+
+def test_ensure_model_copies_a_shipped_build_and_builds_when_it_is_altered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[Path] = []
+    monkeypatch.setattr(build_mod, "build_model", lambda out, **kw: built.append(Path(out)))
+    out = ensure_model(tmp_path / "m", config=preset_config("tool-choice"), show_progress=False)
+    assert built == [] and is_model_dir(out)
+    assert _weights(out).keys() == _weights(SHIPPED_DIR / "tool-choice").keys()
+    assert json.loads((out / BUILD_FILE).read_text())["out_dir"] == str(out)
+    ChatFormat.from_pretrained(out)  # the tokenizer and its chat template load
+    monkeypatch.setitem(build_mod.SHIPPED, "tool-choice", "0" * 64)  # weights that do not match
+    ensure_model(tmp_path / "n", config=preset_config("tool-choice"), show_progress=False)
+    assert built == [tmp_path / "n"]
+    ensure_model(tmp_path / "o", config=preset_config("tool-choice"), show_progress=False, use_shipped=False)
+    assert built[-1] == tmp_path / "o"

@@ -119,6 +119,10 @@ def test_cache_aware_routing_keeps_a_task_on_one_replica() -> None:
     assert [router.pick(f"task{i}") for i in range(6)] == first  # and stay there
     spread = Router(3, "round_robin")
     assert len({spread.pick("task0") for _ in range(3)}) == 3
+    resumed = Router(2)  # a resumed run: tasks go back to the replica holding their history
+    resumed.restore({**router.owners(), "gone": 5})
+    assert [resumed.pick(f"task{i}") for i in (1, 3, 2)] == [1, 0, 0]  # task2's replica 2 is gone
+    assert resumed.pick("new") == 1 and "gone" not in resumed.owners()
 
 
 def test_training_on_ray_equals_training_in_one_process(
@@ -174,7 +178,7 @@ def test_replicas_run_with_the_run_configs_speculation_options(
         scheduler = run.rollouts.scheduler
     finally:
         run.close()
-    assert options == [(cfg.spec.cache, cfg.spec.engine_config())] * 2
+    assert options == [(cfg.spec.cache, cfg.spec)] * 2
     assert options[0][1].max_draft_tokens == 3 and options[0][0].backoff_window == 1
     # The run-ahead queue feeds the replicas, with the config's settings.
     assert scheduler.runahead is not None and scheduler.runahead.config.max_in_flight == 3
@@ -189,3 +193,34 @@ def test_a_custom_draft_source_is_refused_on_ray_with_the_reason(cluster: None, 
 
     with pytest.raises(ValueError, match="Mine draft source cannot be copied into the replicas"):
         build_runtime(model_dir, RolloutConfig(max_concurrent=2), draft_source=Mine(), ray=CONFIG)
+
+
+def test_a_checkpoint_keeps_each_replicas_tree_cache_and_resuming_restores_it(
+    cluster: None, model_dir: Path, tmp_path: Path
+) -> None:
+    from train_fixtures import tiny_config
+
+    from srt_agent.distributed.ray_engine import replica_cache_files
+    from srt_agent.train.checkpoint import latest_checkpoint, verify_checkpoint
+    from srt_agent.train.trainer import Trainer
+
+    cfg = tiny_config(model_dir, tmp_path / "run", trainer={"backend": "ray"}, ray={"replicas": 2})
+    run = Trainer(cfg)
+    try:
+        list(run.run())
+        states = run.rollouts.engine.cache_states()  # type: ignore[attr-defined]
+        routes = run.rollouts.engine.router.owners()  # type: ignore[attr-defined]
+    finally:
+        run.close()
+    assert sum(states) > 0  # the replicas drafted from caches their rollouts filled
+    ckpt = latest_checkpoint(cfg.trainer.out_dir)
+    assert ckpt is not None and verify_checkpoint(ckpt) == []  # the replica files are in the manifest
+    files = replica_cache_files(ckpt.path)
+    assert [TreeCache.load(f).stats().states for f in files] == states
+    more = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": 3})})
+    resumed = Trainer(more, resume=True)
+    try:
+        assert resumed.rollouts.engine.cache_states() == states  # type: ignore[attr-defined]
+        assert resumed.rollouts.engine.router.owners() == routes  # type: ignore[attr-defined]
+    finally:
+        resumed.close()

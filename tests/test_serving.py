@@ -159,6 +159,22 @@ def test_eval_through_the_server_equals_the_in_process_eval(server: EngineServer
     assert evaluate(EngineConfig(kind="sglang", url=server.url)) == evaluate(None)
 
 
+def test_spec_options_given_to_a_server_engine_are_said_to_be_unused(
+    server: EngineServer, model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from srt_agent.engine.speculation.spec_config import SpecConfig
+    from srt_agent.rollout.config import RolloutConfig
+    from srt_agent.runtime import build_runtime
+
+    sglang = EngineConfig(kind="sglang", url=server.url)
+    with build_runtime(model_dir, RolloutConfig(), spec=SpecConfig(), engine=sglang):
+        pass
+    assert "not used with engine.kind=sglang" not in caplog.text  # the defaults say nothing
+    with build_runtime(model_dir, RolloutConfig(), spec=SpecConfig(max_draft_tokens=4), engine=sglang):
+        pass
+    assert "spec options are not used with engine.kind=sglang" in caplog.text
+
+
 def test_engine_config_checks_the_url() -> None:
     assert EngineConfig.model_validate("torch").kind == "torch"
     with pytest.raises(ValueError, match=r"needs engine\.url"):

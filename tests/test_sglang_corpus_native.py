@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from srt_agent import native
-from srt_agent.integrations.sglang.corpus import TreeCacheCorpus
+from srt_agent.integrations.sglang.corpus import TreeCacheCorpus, native_flat
 from srt_agent.tree_cache import TreeCache, TreeCacheConfig
 
 pytestmark = pytest.mark.skipif(native.core is None, reason="the native core is not built (or SRT_NATIVE=0)")
@@ -49,4 +49,4 @@ def test_native_layout_equals_the_python_layout(width: int) -> None:
 
 def test_draft_flat_needs_the_native_core() -> None:
     with pytest.raises(RuntimeError, match="needs the native core"):
-        TreeCache(TreeCacheConfig(backend="python")).draft_flat([], [], 4, 10)
+        native_flat(TreeCache(TreeCacheConfig(backend="python")), [], [], 4, 10)

@@ -13,17 +13,20 @@ from typer.testing import CliRunner
 
 from srt_agent.cli import app
 from srt_agent.config.loader import ConfigError
-from srt_agent.config.spec_file import load_spec, sglang_refusals
+from srt_agent.config.spec_file import load_spec
 from srt_agent.distributed.actors import EngineReplica
 from srt_agent.distributed.ray_engine import replica_args
+from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.evaluation.runner import _load
 from srt_agent.integrations.sglang import plugin
 from srt_agent.integrations.sglang.launch import server_env
 from srt_agent.integrations.sglang.plugin import SPEC_FILE_VARIABLE, worker_cache_config
+from srt_agent.integrations.sglang.refusals import sglang_refusals
 from srt_agent.rollout.config import RolloutConfig
 from srt_agent.runtime import _replica_cache
 from srt_agent.speed.rollout_speed import RolloutBenchConfig
 from srt_agent.tree_cache import TreeCache
+from srt_agent.tree_cache.options import TreeCacheConfig
 
 SPEC = {
     "max_draft_tokens": 3,
@@ -97,19 +100,19 @@ def test_ray_replicas_are_built_with_the_run_configs_cache_and_draft_budget(tmp_
         cfg.ray,
         max_batch_size=2,
         cache=_replica_cache(TreeCache(cfg.spec.cache)),
-        spec=cfg.spec.engine_config(),
+        spec=cfg.spec,
         seed=0,
     )
-    assert (args["cache"], args["spec"]) == (cfg.spec.cache, cfg.spec.engine_config())
+    assert (args["cache"], args["spec"]) == (cfg.spec.cache, cfg.spec)
     replica = EngineReplica(**args)
     try:
         cache, spec = replica.options()
     finally:
         replica.engine.close()
-    assert cache == cfg.spec.cache and spec == cfg.spec.engine_config()
+    assert cache == cfg.spec.cache and spec == cfg.spec
     assert (cache.byte_budget, cache.backoff_window, spec.max_draft_tokens) == (3_000_000, 1, 3)
     no_drafts = replica_args(model, cfg.ray, max_batch_size=2, cache=None, spec=None, seed=0)
-    assert no_drafts["cache"] is None and no_drafts["spec"] == load_spec(None).engine_config()
+    assert no_drafts["cache"] is None and no_drafts["spec"] == SpecConfig()
 
 
 def test_bench_configurations_start_from_the_spec_section(spec_file: Path, tmp_path: Path) -> None:
@@ -176,3 +179,32 @@ def test_sglang_serve_refuses_draft_tokens_that_contradict_the_options_file(spec
 def _file(path: Path, data: dict[str, object]) -> Path:
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def test_a_replicas_tree_cache_leaves_as_bytes_and_a_new_replica_starts_from_them(tmp_path: Path) -> None:
+    """Without Ray: what a checkpoint keeps of each replica, and what a resumed replica loads."""
+    import asyncio
+
+    from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+    from srt_agent.distributed.ray_engine import replica_cache_files, replica_cache_name
+
+    model = save_tiny_policy(tmp_path / "m")
+    replica = EngineReplica(model, 2, cache=TreeCacheConfig())
+    try:
+        request = GenerationRequest("r", (5, 6, 7), SamplingParams(seed=1, max_new_tokens=6), task_id="t")
+        asyncio.run(replica.generate(request))
+        saved = replica.cache_bytes()
+    finally:
+        replica.engine.close()
+    assert saved is not None and replica.cache_states() == 1
+    again = EngineReplica(model, 2, cache=TreeCacheConfig(), cache_file=saved)
+    try:
+        assert again.cache_states() == 1 and again.cache is not None
+        assert again.cache.stats().nodes == replica.cache.stats().nodes  # type: ignore[union-attr]
+    finally:
+        again.engine.close()
+    assert EngineReplica(model, 2).cache_bytes() is None  # SRT off: nothing to keep
+    for i in range(2):
+        (tmp_path / replica_cache_name(i)).write_bytes(saved)
+    (tmp_path / replica_cache_name(3)).write_bytes(saved)  # not contiguous: not a replica's
+    assert replica_cache_files(tmp_path) == [tmp_path / replica_cache_name(i) for i in range(2)]

@@ -30,7 +30,9 @@ class ModelSection(Section):
     )
     # The names of srt_agent.recipe.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
-    build_preset: Literal["embedded", "tool-choice", "retail", "reasoning-gym", "gpu", "gpu-0.5b"] = Field(
+    build_preset: Literal[
+        "embedded", "tool-choice", "retail", "retail-gpu", "reasoning-gym", "gpu", "gpu-0.5b"
+    ] = Field(
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
@@ -160,7 +162,3 @@ class SpecSection(SpecConfig):
     @classmethod
     def _run_ahead_shorthand(cls, value: Any) -> Any:
         return {"enabled": value} if isinstance(value, bool) else value
-
-    def engine_config(self) -> SpecConfig:
-        """The plain engine options (without ``run_ahead`` and ``cache``)."""
-        return SpecConfig(**self.model_dump(include=set(SpecConfig.model_fields)))

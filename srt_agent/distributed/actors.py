@@ -6,6 +6,7 @@ module imports without Ray and its logic is tested in-process too.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class EngineReplica:
             ``None``: the defaults.
         seed: The engine's seed (requests carry their own).
         threads: Torch threads.
+        cache_file: A file :meth:`cache_bytes` wrote (a checkpoint's): the tree cache starts from it.
     """
 
     def __init__(
@@ -42,11 +44,17 @@ class EngineReplica:
         spec: SpecConfig | None = None,
         seed: int = 0,
         threads: int = 1,
+        cache_file: bytes | None = None,
     ) -> None:
         from srt_agent.engine.torch_engine import TorchEngine
         from srt_agent.tree_cache import TreeCache
 
         self.cache = TreeCache(cache) if cache is not None else None
+        if cache is not None and cache_file is not None:
+            with tempfile.TemporaryDirectory() as tmp:  # bytes, not a path: the driver may be elsewhere
+                path = Path(tmp) / "tree_cache.npz"
+                path.write_bytes(cache_file)
+                self.cache = TreeCache.load(path, cache)
         self.engine = TorchEngine(
             model_dir,
             max_batch_size=max_batch_size,
@@ -71,6 +79,15 @@ class EngineReplica:
     def spec_stats(self, reset: bool = False) -> SpecStats:
         """The replica's speculation counters."""
         return self.engine.spec_stats(reset=reset)
+
+    def cache_bytes(self) -> bytes | None:
+        """The tree cache as a :meth:`TreeCache.save` file's bytes (``None``: no cache)."""
+        if self.cache is None:
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "tree_cache.npz"
+            self.cache.save(path)
+            return path.read_bytes()
 
     def cache_states(self) -> int:
         """Conversation states in the replica's tree cache."""

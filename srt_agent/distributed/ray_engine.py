@@ -14,6 +14,7 @@ replica (on a GPU cluster, NCCL broadcast from the learner's ranks is the usual 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -65,6 +66,23 @@ def replica_args(
     }
 
 
+ROUTES_FILE = "tree_cache.routes.json"
+"""Beside the replicas' caches: which replica each task was routed to."""
+
+
+def replica_cache_name(index: int) -> str:
+    """The file name of replica ``index``'s tree cache in a checkpoint."""
+    return f"tree_cache.replica{index}.npz"
+
+
+def replica_cache_files(directory: Path) -> list[Path]:
+    """The replica tree caches saved in ``directory``, by replica index (none: ``[]``)."""
+    found: list[Path] = []
+    while (directory / replica_cache_name(len(found))).is_file():
+        found.append(directory / replica_cache_name(len(found)))
+    return found
+
+
 class RayEngine:
     """Engine replicas on a Ray cluster (``ray.init`` must have run).
 
@@ -76,6 +94,9 @@ class RayEngine:
             do not draft (SRT off).
         spec: Each replica's speculation settings (the run's ``spec``); ``None``: the defaults.
         seed: Seed of the replicas' engines (requests carry their own).
+        saved_caches: A directory :meth:`save_caches` wrote (a checkpoint): each replica starts
+            from its saved tree cache, and each task is routed back to the replica that holds
+            its history.
     """
 
     def __init__(
@@ -87,6 +108,7 @@ class RayEngine:
         cache: TreeCacheConfig | None = None,
         spec: SpecConfig | None = None,
         seed: int = 0,
+        saved_caches: Path | None = None,
     ) -> None:
         import ray
 
@@ -107,7 +129,21 @@ class RayEngine:
         self._weights: Any = None  # the latest weights' object ref, for replacements
         self.replaced = 0
         self.router = Router(config.replicas, config.routing)
-        self.replicas = [self._actor.remote(**self._args) for _ in range(config.replicas)]
+        saved = replica_cache_files(saved_caches) if saved_caches is not None and cache is not None else []
+        if saved:
+            if len(saved) != config.replicas:
+                log.warning(
+                    "%d replica tree caches saved, %d replicas now: the first %d start from theirs",
+                    len(saved), config.replicas, min(len(saved), config.replicas),
+                )  # fmt: skip
+            routes = saved_caches / ROUTES_FILE if saved_caches is not None else None
+            if routes is not None and routes.is_file():
+                self.router.restore(json.loads(routes.read_text()))
+        files = [f.read_bytes() for f in saved[: config.replicas]]
+        self.replicas = [
+            self._actor.remote(**self._args, cache_file=files[i] if i < len(files) else None)
+            for i in range(config.replicas)
+        ]
         try:  # fail here, saying why, if a replica cannot start (no CPU left to place it, say)
             ray.get([r.ping.remote() for r in self.replicas], timeout=config.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -169,6 +205,21 @@ class RayEngine:
     def spec_stats(self, reset: bool = False) -> SpecStats:
         """The replicas' speculation counters, added up."""
         return spec_sum(self._ray.get([r.spec_stats.remote(reset) for r in self.replicas]))
+
+    def save_caches(self, directory: Path) -> list[Path]:
+        """Write each replica's tree cache into ``directory`` (``tree_cache.replica<i>.npz``).
+
+        The files a checkpoint keeps, so that resuming gives every replica its own cache back.
+        """
+        blobs = self._ray.get([r.cache_bytes.remote() for r in self.replicas])
+        paths = []
+        for i, blob in enumerate(blobs):
+            if blob is not None:
+                paths.append(directory / replica_cache_name(i))
+                paths[-1].write_bytes(blob)
+        if paths:
+            (directory / ROUTES_FILE).write_text(json.dumps(self.router.owners(), sort_keys=True))
+        return paths
 
     def cache_states(self) -> list[int]:
         """Conversation states in each replica's tree cache."""

@@ -9,6 +9,7 @@ replica dies. ``round_robin`` spreads requests instead (the comparison the bench
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Literal
 
 __all__ = ["Router"]
@@ -44,6 +45,23 @@ class Router:
                 self._owner[key] = owner
                 self._load[owner] += 1
             return owner
+
+    def owners(self) -> dict[str, int]:
+        """Every key routed so far and its replica (cache-aware mode), to keep with the caches."""
+        with self._lock:
+            return dict(self._owner)
+
+    def restore(self, owners: Mapping[str, int]) -> None:
+        """Route keys to the replicas :meth:`owners` gave (those past ``replicas`` are dropped).
+
+        A resumed run's replicas start from the caches saved with these routes: each task goes
+        back to the replica whose cache holds its history.
+        """
+        with self._lock:
+            for key, replica in owners.items():
+                if 0 <= replica < self.replicas and key not in self._owner:
+                    self._owner[key] = replica
+                    self._load[replica] += 1
 
     def tasks_of(self, replica: int) -> list[str]:
         """The keys routed to ``replica`` (cache-aware mode)."""

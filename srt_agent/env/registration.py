@@ -7,11 +7,13 @@ same way (:func:`register_env`) and then show up in ``srt-agent envs`` and work 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import os
 import sys
 from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import gymnasium as gym
@@ -133,18 +135,28 @@ def validate_env_options(env_id: str, options: Mapping[str, Any] | None = None) 
     return env_id
 
 
-ECOSYSTEMS_MODULE = "srt_agent.integrations.ecosystems"
-"""Where the prefixes of other ecosystems' envs (``textarena:``, ``reasoning_gym:``, ...) resolve.
+ENV_PREFIX_GROUP = "srt_agent.env_prefixes"
+"""Entry-point group of env-id prefixes (``textarena:``, ``reasoning_gym:``, ...).
 
-Imported by name, as an entry point is: the adapters sit above this module and import it."""
+Each entry is ``prefix = "module:callable"``: the callable takes the name after the prefix,
+registers that env with Gymnasium and returns its id. srt-agent declares its ecosystems' adapters
+(:mod:`srt_agent.integrations.ecosystems`) in its ``pyproject.toml``; another installed package can
+declare prefixes of its own the same way. Declared, not imported by name: this layer never reaches
+up into the adapters, which sit above it."""
+
+
+@functools.cache
+def env_prefixes() -> dict[str, EntryPoint]:
+    """Every declared env-id prefix and the entry point that resolves it."""
+    return {ep.name: ep for ep in entry_points(group=ENV_PREFIX_GROUP)}
 
 
 def _foreign_env(prefix: str, name: str) -> str | None:
-    """The Gymnasium id of another ecosystem's env ``prefix:name`` (registered now), or ``None``."""
-    ecosystems = importlib.import_module(ECOSYSTEMS_MODULE)
-    if ecosystems.ecosystem(prefix) is None:
+    """The Gymnasium id of the env ``prefix:name`` of a declared prefix (registered now), or ``None``."""
+    entry = env_prefixes().get(prefix)
+    if entry is None:
         return None
-    env_id: str = ecosystems.register_foreign_env(prefix, name)
+    env_id: str = entry.load()(name)
     return env_id
 
 

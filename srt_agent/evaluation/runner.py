@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
+from typing_extensions import Unpack
 
 from srt_agent.chat.template import ChatFormat
 from srt_agent.config.sections import SpecSection
@@ -34,6 +35,9 @@ from srt_agent.rollout.trace import write_trace
 from srt_agent.runtime import Runtime, build_runtime
 from srt_agent.serving.engine_config import EngineConfig
 from srt_agent.tree_cache import TreeCache
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 EVAL_SEED_END = 10_000_000
 """Evaluation seeds stay below this; it equals ``srt_agent.recipe.demos.DEMO_SEED_BASE``, where the
@@ -196,7 +200,7 @@ def _load(
             path,
             config,
             draft_source=cache,
-            spec=options.engine_config(),
+            spec=options,
             run_ahead=options.run_ahead if speculate else None,  # as train: in-process, Ray or a server
             progress=progress,
             engine=engine,
@@ -205,6 +209,22 @@ def _load(
         )
     except Exception as exc:  # checkpoint, tokenizer and template errors all mean "cannot load"
         raise ModelLoadError(f"cannot load the model in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+
+
+class EvalOptions(TypedDict, total=False):
+    """The :func:`run_eval` keyword arguments :func:`eval_command` passes on (each as typed there)."""
+
+    fmt: ChatFormat | None
+    max_turns: int | None
+    max_concurrent: int
+    seed: int
+    first_seed: int
+    env_options: dict[str, Any] | None
+    speculate: bool
+    engine: EngineConfig | None
+    ray: RayConfig | None
+    device: str
+    spec_options: SpecSection | None
 
 
 def eval_command(
@@ -218,7 +238,7 @@ def eval_command(
     json_path: str | Path | None = None,
     trace_path: str | Path | None = None,
     console: Console | None = None,
-    **options: Any,
+    **options: Unpack[EvalOptions],
 ) -> int:
     """What ``srt-agent eval`` runs: evaluate with a progress bar, print the table, write files.
 
@@ -232,8 +252,7 @@ def eval_command(
         json_path: Write :meth:`EvalReport.flat` here (sorted keys, indented).
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
-        **options: More :func:`run_eval` keyword arguments (``max_turns``, ``seed``, ``first_seed``,
-            ``max_concurrent``, ``env_options``, ``fmt``, ``speculate``, ``engine``, ``ray``).
+        **options: More :func:`run_eval` keyword arguments (:class:`EvalOptions`).
 
     Returns:
         The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),

@@ -150,31 +150,31 @@ NO_HOOKS = EpisodeHooks()
 
 
 EnvFactory = Callable[[EpisodeRequest], "gym.Env[Any, str]"]
-"""Makes an episode's env from its spec."""
+"""Makes an episode's env from its request."""
 
 
-def make_env(spec: EpisodeRequest) -> gym.Env[Any, str]:
+def make_env(request: EpisodeRequest) -> gym.Env[Any, str]:
     """The episode's env, made in this process."""
-    return make(spec.env_id, **dict(spec.env_options))
+    return make(request.env_id, **dict(request.env_options))
 
 
 class EpisodeRunner:
     """Plays one :class:`EpisodeRequest` and builds its :class:`Trajectory` (one use per instance).
 
     Args:
-        spec: The episode.
+        request: The episode.
         engine: Generates each turn.
         fmt: Renders the conversation to tokens.
         config: Sampling options and limits.
         queue_s: Seconds the episode already waited for a slot (recorded in the trajectory).
         hooks: Told about generations and env steps (the scheduler's metrics and run-ahead).
-        env_factory: Makes the episode's env (default: ``make(spec.env_id, **spec.env_options)``;
+        env_factory: Makes the episode's env (default: ``make(request.env_id, **request.env_options)``;
             the Ray backend gives proxies of envs living in env workers).
     """
 
     def __init__(
         self,
-        spec: EpisodeRequest,
+        request: EpisodeRequest,
         engine: Engine,
         fmt: ChatFormat,
         config: RolloutConfig,
@@ -182,7 +182,7 @@ class EpisodeRunner:
         hooks: EpisodeHooks = NO_HOOKS,
         env_factory: EnvFactory | None = None,
     ):
-        self.spec, self.engine, self.fmt, self.config = spec, engine, fmt, config
+        self.request, self.engine, self.fmt, self.config = request, engine, fmt, config
         self.env_factory = env_factory or make_env
         self.queue_s = queue_s
         self.hooks = hooks
@@ -212,12 +212,13 @@ class EpisodeRunner:
         except _EpisodeEnd as end:
             status, reason = end.status, end.reason
             if status == "failed":  # with the original error's traceback (not this wrapper's)
-                logger.warning("episode %s failed: %s", self.spec.episode_id, reason, exc_info=end.__cause__)
+                episode = self.request.episode_id
+                logger.warning("episode %s failed: %s", episode, reason, exc_info=end.__cause__)
             else:
-                logger.debug("episode %s truncated: %s", self.spec.episode_id, reason)
+                logger.debug("episode %s truncated: %s", self.request.episode_id, reason)
         except FAULTS as exc:  # a fault no step above contained (a bug): still this episode's alone
             status, reason = "failed", f"internal error: {_describe(exc)}"
-            logger.error("episode %s failed: %s", self.spec.episode_id, reason, exc_info=True)
+            logger.error("episode %s failed: %s", self.request.episode_id, reason, exc_info=True)
         finally:
             self.hooks.episode_finished(self)
             await self._close()
@@ -246,15 +247,15 @@ class EpisodeRunner:
             self.transcript = self._render(self.fmt.add_observation, self.transcript, obs)
 
     async def _reset(self) -> tuple[tuple[Message, ...], list[dict[str, Any]]]:
-        spec = self.spec
+        request = self.request
         t = time.perf_counter()
         where = "make"
         try:
-            self.env = env = await self._env_call("make", functools.partial(self.env_factory, spec))
+            self.env = env = await self._env_call("make", functools.partial(self.env_factory, request))
             where = "reset"
-            options = None if spec.reset_options is None else dict(spec.reset_options)
+            options = None if request.reset_options is None else dict(request.reset_options)
             result = await self._env_call(
-                "reset", functools.partial(env.reset, seed=spec.seed, options=options)
+                "reset", functools.partial(env.reset, seed=request.seed, options=options)
             )
             if not isinstance(result, tuple) or len(result) != 2:
                 raise EnvContractError(f"reset returned {_shown(result)}; expected (observation, info)")
@@ -289,7 +290,7 @@ class EpisodeRunner:
             prompt_len=n,
             max_context=limit,
             stop_token_ids=self.fmt.stop_token_ids,
-            seed=None if base is None else sampling_seed(base, self.spec.episode_id, turn),
+            seed=None if base is None else sampling_seed(base, self.request.episode_id, turn),
         )
         if params is None:
             self.truncated = True
@@ -298,11 +299,11 @@ class EpisodeRunner:
                 f"context limit: {limit} tokens (prompt is {n}, a turn needs {self.config.turn_room} more)",
             )
         return GenerationRequest(
-            request_id=f"{self.spec.episode_id}#{turn}",
+            request_id=f"{self.request.episode_id}#{turn}",
             prompt_ids=transcript.token_ids,
             params=params,
             task_id=self.task_id,
-            draft_group=self.spec.env_id,
+            draft_group=self.request.env_id,
         )
 
     async def _generate(self, transcript: TokenTranscript) -> GenerationOutput:
@@ -355,7 +356,7 @@ class EpisodeRunner:
             errors = info.get("tool_errors") or ()
             self.tool_errors += errors if isinstance(errors, int) else len(errors)
         except (TypeError, ValueError):  # counts an env reports oddly are not worth the episode
-            logger.warning("episode %s: unreadable tool counts in step info", self.spec.episode_id)
+            logger.warning("episode %s: unreadable tool counts in step info", self.request.episode_id)
         if self.terminated or self.truncated:
             self.final_obs = obs
         return obs
@@ -387,7 +388,7 @@ class EpisodeRunner:
         try:
             await self._env_call("close", self.env.close)
         except (_EpisodeEnd, Exception, SystemExit, KeyboardInterrupt):  # FAULTS: the result stands
-            logger.warning("episode %s: env.close() failed", self.spec.episode_id, exc_info=True)
+            logger.warning("episode %s: env.close() failed", self.request.episode_id, exc_info=True)
         self.env_s += time.perf_counter() - t
 
     def _success(self) -> bool:
@@ -400,7 +401,7 @@ class EpisodeRunner:
         try:
             return bool(judge(total, self.info))
         except FAULTS:  # a broken judge counts as not solved, and is logged
-            logger.warning("episode %s: is_success raised", self.spec.episode_id, exc_info=True)
+            logger.warning("episode %s: is_success raised", self.request.episode_id, exc_info=True)
             return False
 
     def _turn_records(self) -> tuple[TurnRecord, ...]:
@@ -427,11 +428,11 @@ class EpisodeRunner:
         tr = self.transcript
         turns = self._turn_records()
         return Trajectory(
-            episode_id=self.spec.episode_id,
-            env_id=self.spec.env_id,
+            episode_id=self.request.episode_id,
+            env_id=self.request.env_id,
             task_id=self.task_id,
-            seed=self.spec.seed,
-            trial=self.spec.trial,
+            seed=self.request.seed,
+            trial=self.request.trial,
             token_ids=tr.token_ids if tr else (),
             loss_mask=tr.loss_mask if tr else (),
             logprobs=tr.logprobs if tr else (),

@@ -204,12 +204,12 @@ class _BatchHooks(EpisodeHooks):
     def generation_started(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
         self.timeline.enter("live")
         if self.runahead is not None:
-            self.runahead.live_started(runner.spec.episode_id, request.state_key)
+            self.runahead.live_started(runner.request.episode_id, request.state_key)
 
     def generation_finished(self, runner: EpisodeRunner, request: GenerationRequest) -> None:
         self.timeline.leave("live")
         if self.runahead is not None:
-            self.runahead.live_finished(runner.spec.episode_id, request.state_key)
+            self.runahead.live_finished(runner.request.episode_id, request.state_key)
 
     def episode_started(self, runner: EpisodeRunner) -> None:
         if self.runahead is not None:
@@ -220,8 +220,8 @@ class _BatchHooks(EpisodeHooks):
         if self.runahead is not None:
             try:
                 self.runahead.predict_after_tools(
-                    runner.spec.episode_id,
-                    runner.spec.env_id,
+                    runner.request.episode_id,
+                    runner.request.env_id,
                     runner.task_id,
                     transcript,
                     action,
@@ -237,12 +237,12 @@ class _BatchHooks(EpisodeHooks):
             self.runahead.env_wait(False)
             if observation:
                 self.runahead.record_tools(
-                    runner.spec.env_id, runner.task_id, action, len(runner.outputs), observation
+                    runner.request.env_id, runner.task_id, action, len(runner.outputs), observation
                 )
 
     def episode_finished(self, runner: EpisodeRunner) -> None:
         if self.runahead is not None:
-            self.runahead.episode_ended(runner.spec.episode_id)
+            self.runahead.episode_ended(runner.request.episode_id)
 
 
 def _check_unique(episodes: Sequence[EpisodeRequest]) -> None:

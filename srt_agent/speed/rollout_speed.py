@@ -169,14 +169,17 @@ class RolloutBenchConfig:
         """The tree cache's and the engine's speculation settings of the speculating configurations."""
         base = self.spec_options or SpecSection()
         cache = base.cache
-        if self.backoff_window is not None:
-            cache = cache.model_copy(update={"backoff_window": self.backoff_window})
-        limits: dict[str, Any] = base.engine_config().model_dump()
+        if self.backoff_window is not None:  # validated: the tree cache's own bounds hold
+            cache = TreeCacheConfig.model_validate(
+                {**cache.model_dump(), "backoff_window": self.backoff_window}
+            )
+        limits: dict[str, Any] = {}
         if self.draws is not None:
             limits["draws"] = self.draws
         if self.max_draft_tokens is not None:
             limits["max_draft_tokens"] = self.max_draft_tokens
-        return TreeCacheConfig.model_validate(cache.model_dump()), SpecConfig.model_validate(limits)
+        # The section itself travels (a SpecSection is a SpecConfig): no round trip through dicts.
+        return cache, SpecSection.model_validate({**base.model_dump(), **limits}) if limits else base
 
     def run_ahead(self) -> RunAheadConfig:
         """The run-ahead settings of the configurations that run ahead (``spec_options``'s, on)."""

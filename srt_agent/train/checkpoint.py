@@ -6,6 +6,7 @@ Layout of ``<trainer.out_dir>/checkpoints/step-000012/``::
     optimizer.pt      optimizer and LR-scheduler state
     rng.pt            python, numpy, torch (and CUDA) RNG states
     tree_cache.npz    the SRT tree cache (TreeCache.save)
+    tree_cache.replica<i>.npz  on Ray, each engine replica's own tree cache
     config.yaml       the run's config
     manifest.json     size and SHA-256 of every file above
     state.json        step, whether the weights were finite, the evaluation before training, ...

@@ -61,13 +61,20 @@ class Rollouts:
         fmt: The model's chat format.
         cache: The tree cache (new, or loaded from a checkpoint).
         device: Where the engines run.
+        replica_caches: On Ray, the checkpoint resumed (its replicas' tree caches and routes).
     """
 
     def __init__(
-        self, cfg: RunConfig, model_dir: Path, fmt: ChatFormat, cache: TreeCache, device: torch.device
+        self,
+        cfg: RunConfig,
+        model_dir: Path,
+        fmt: ChatFormat,
+        cache: TreeCache,
+        device: torch.device,
+        replica_caches: Path | None = None,
     ) -> None:
         self.cfg, self.model_dir, self.fmt, self.cache, self.device = cfg, model_dir, fmt, cache, device
-        self.runtime = self._runtime(cache)
+        self.runtime = self._runtime(cache, replica_caches=replica_caches)
         self.engine = self.runtime.engine
         self.scheduler = self.runtime.scheduler
         self._baseline: Runtime | None = None
@@ -75,13 +82,18 @@ class Rollouts:
         self._weights: Mapping[str, torch.Tensor] | None = None
         self.announced = False  # whether the scheduler took an announcement (reported once)
 
-    def _runtime(self, cache: TreeCache | None, progress: ProgressCallback | None = None) -> Runtime:
+    def _runtime(
+        self,
+        cache: TreeCache | None,
+        progress: ProgressCallback | None = None,
+        replica_caches: Path | None = None,
+    ) -> Runtime:
         cfg = self.cfg
         return build_runtime(
             self.model_dir,
             cfg.rollout_config(),
             draft_source=cache if cfg.engine.kind == "torch" else None,  # a server drafts itself
-            spec=cfg.spec.engine_config(),
+            spec=cfg.spec,
             run_ahead=cfg.spec.run_ahead if cache is not None else None,
             fmt=self.fmt,
             device=self.device,
@@ -89,6 +101,7 @@ class Rollouts:
             progress=progress,
             engine=cfg.engine,
             ray=cfg.ray if cfg.trainer.backend == "ray" else None,
+            replica_caches=replica_caches,
         )
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:

@@ -36,6 +36,7 @@ from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
+from srt_agent.distributed.ray_engine import RayEngine
 from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.train.checkpoint import (
     Checkpoint,
@@ -140,7 +141,9 @@ class Trainer:
         ckpt, cache = self._start(resume, existing, reference)
         self.resumed_from = ckpt.step if ckpt is not None else 0
         self.progress = progress or TrainProgress(t.steps, self.resumed_from, disable=True)
-        self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device)
+        # On Ray each replica drafts from a cache of its own: a checkpoint keeps one file per replica.
+        replica_caches = ckpt.path if ckpt is not None else None
+        self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device, replica_caches)
         if ckpt is not None:  # the engines load the starting checkpoint: give them the trained weights
             self.rollouts.push_weights(self.policy.lm_state_dict())
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -239,7 +242,9 @@ class Trainer:
             optim = {"optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict()}
             torch.save(optim, path / "optimizer.pt")
             torch.save(rng_state(), path / "rng.pt")
-            self.rollouts.cache.save(path / "tree_cache.npz")
+            self.rollouts.cache.save(path / "tree_cache.npz")  # on Ray: empty (the driver drafts nothing)
+            if isinstance(self.rollouts.engine, RayEngine):
+                self.rollouts.engine.save_caches(path)
             (path / CONFIG_FILE).write_text(self.cfg.to_yaml())
 
         state = dataclasses.asdict(self.state)

@@ -28,11 +28,10 @@ the Python reference; this class holds the lock, checks arguments and reads and 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from srt_agent.contracts.draft import (
     EMPTY_DRAFT,
@@ -126,31 +125,16 @@ class TreeCache(DraftSourceBase):
         with self._lock:
             return self._core.draft_many(queries, DraftTree, EMPTY_DRAFT)
 
-    def draft_flat(
-        self, queries: Sequence[DraftQuery], roots: Sequence[int], width: int, vocab_size: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Every query's draft in SGLang's n-gram verification layout, in one native call.
+    @contextmanager
+    def locked_core(self) -> Iterator[CacheCore]:
+        """The cache's core, held under the cache's lock for the ``with`` block.
 
-        Row ``i`` is ``width`` slots (``roots[i]``, then the draft breadth-first, then distinct
-        pads under the root) and a ``width x width`` ancestor mask, exactly as
-        :func:`srt_agent.integrations.sglang.layout.flat_tree` lays out :meth:`draft_many`'s
-        drafts, without building them.
-
-        Returns:
-            ``(tokens, mask)``: int64 arrays of ``len(queries) * width`` and
-            ``len(queries) * width * width`` entries.
-
-        Raises:
-            RuntimeError: The cache runs on the Python core (use :meth:`draft_many` there).
-            ValueError: A negative budget, or a vocabulary too small for distinct pads.
+        For integrations that call a core entry point the cache does not wrap (SGLang's corpus
+        lays drafts out in SGLang's arrays in one native call): the core's contract is the
+        cache's, so the call must not change what the cache would draft or store.
         """
-        if self.backend != "native":
-            raise RuntimeError("draft_flat needs the native core; with the Python core use draft_many")
-        tokens = np.zeros(len(queries) * width, dtype=np.int64)
-        mask = np.zeros(len(queries) * width * width, dtype=np.int64)
         with self._lock:
-            self._core.draft_flat(queries, roots, width, vocab_size, tokens, mask)  # type: ignore[attr-defined]
-        return tokens, mask
+            yield self._core
 
     def extend(
         self,

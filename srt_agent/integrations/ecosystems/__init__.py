@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from functools import partial
 
 __all__ = ["ECOSYSTEMS", "Ecosystem", "ecosystem", "register_foreign_env"]
 
@@ -83,3 +84,11 @@ def register_foreign_env(prefix: str, name: str) -> str:
     module = importlib.import_module(found.adapter)
     env_id: str = module.register(name)
     return env_id
+
+
+# The resolvers pyproject.toml declares in the ``srt_agent.env_prefixes`` entry-point group, one
+# per prefix (aliases included): how ``make("textarena:Wordle-v0")`` reaches these adapters.
+resolve_textarena = partial(register_foreign_env, "textarena")
+resolve_reasoning_gym = partial(register_foreign_env, "reasoning_gym")
+resolve_verifiers = partial(register_foreign_env, "verifiers")
+resolve_openenv = partial(register_foreign_env, "openenv")

@@ -127,7 +127,7 @@ class TreeCacheCorpus:
         n = len(req_ids)
         roots = [int(tail[-1]) if len(tail) else 0 for tail in batch_tokens]
         if self.width > 1 and self.cache.backend == "native":  # drafts and layout in one native call
-            return self.cache.draft_flat(queries, roots, self.width, self.vocab_size)
+            return native_flat(self.cache, queries, roots, self.width, self.vocab_size)
         drafts = self.cache.draft_many(queries) if self.width > 1 else []
         tokens = np.zeros(n * self.width, dtype=np.int64)
         mask = np.zeros(n * self.width * self.width, dtype=np.int64)
@@ -157,3 +157,29 @@ class TreeCacheCorpus:
                 self.cache.finish(rid)
             except ValueError:  # the cache never started it (evicted state, say)
                 log.debug("tree cache had no stream %s", rid)
+
+
+def native_flat(
+    cache: TreeCache, queries: Sequence[DraftQuery], roots: Sequence[int], width: int, vocab_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every query's draft in SGLang's n-gram verification layout, in one call of the native core.
+
+    Row ``i`` is ``width`` slots (``roots[i]``, then the draft breadth-first, then distinct pads
+    under the root) and a ``width x width`` ancestor mask, exactly as :func:`.layout.flat_tree`
+    lays out :meth:`TreeCache.draft_many`'s drafts, without building them.
+
+    Returns:
+        ``(tokens, mask)``: int64 arrays of ``len(queries) * width`` and
+        ``len(queries) * width * width`` entries.
+
+    Raises:
+        RuntimeError: The cache runs on the Python core (use ``draft_many`` and ``flat_tree``).
+        ValueError: A negative budget, or a vocabulary too small for distinct pads.
+    """
+    if cache.backend != "native":
+        raise RuntimeError("the one-call layout needs the native core; with the Python core use draft_many")
+    tokens = np.zeros(len(queries) * width, dtype=np.int64)
+    mask = np.zeros(len(queries) * width * width, dtype=np.int64)
+    with cache.locked_core() as core:
+        core.draft_flat(queries, roots, width, vocab_size, tokens, mask)  # type: ignore[attr-defined]
+    return tokens, mask

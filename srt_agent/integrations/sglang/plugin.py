@@ -22,7 +22,7 @@ config, its ``spec`` section alone, or its ``spec.cache`` section alone, as YAML
 ``spec.cache`` configures the tree cache, ``spec.max_draft_tokens + 1`` is the default of
 ``--speculative-num-draft-tokens``, and ``SRT_CACHE_BYTES`` overrides the byte budget. At startup
 (:func:`validate_server_args`, also when SGLang is launched directly) options the worker cannot
-honour are refused with the reason: see :func:`srt_agent.config.spec_file.sglang_refusals` and
+honour are refused with the reason: see :func:`srt_agent.integrations.sglang.refusals.sglang_refusals` and
 :func:`srt_agent.config.spec_file.load_spec` (``server``).
 """
 
@@ -86,7 +86,7 @@ def validate_server_args(server_args: Any) -> None:
             ``--speculative-num-draft-tokens`` that contradicts its ``spec.max_draft_tokens``.
         ConfigError: ``SRT_SPEC_CONFIG`` or ``SRT_CACHE_BYTES`` is invalid.
     """
-    from srt_agent.config.spec_file import sglang_refusals
+    from srt_agent.integrations.sglang.refusals import sglang_refusals
 
     for name, exact in EXACT_THRESHOLDS.items():
         value = getattr(server_args, name, exact)
@@ -104,7 +104,7 @@ def ngram_defaults(server_args: Any, draft_slots: int | None = None) -> None:
     """Apply the server-arg defaults SGLang gives its own n-gram algorithm (``_handle_ngram``).
 
     A registered algorithm does not get them by itself: ``draft_slots`` draft slots (default:
-    :func:`~srt_agent.config.spec_file.sglang_draft_slots`), 48 running requests, no mixed
+    :func:`~srt_agent.integrations.sglang.refusals.sglang_draft_slots`), 48 running requests, no mixed
     chunked prefill, and no overlap scheduling on CPU.
     """
     if getattr(server_args, "device", None) == "cpu":
@@ -114,7 +114,7 @@ def ngram_defaults(server_args: Any, draft_slots: int | None = None) -> None:
     server_args.enable_mixed_chunk = False
     server_args.speculative_eagle_topk = server_args.speculative_ngram_max_bfs_breadth
     if getattr(server_args, "speculative_num_draft_tokens", None) is None:
-        from srt_agent.config.spec_file import sglang_draft_slots
+        from srt_agent.integrations.sglang.refusals import sglang_draft_slots
 
         server_args.speculative_num_draft_tokens = draft_slots or sglang_draft_slots(None)
     if getattr(server_args, "speculative_num_steps", None) is None:
@@ -153,7 +153,7 @@ def _algorithm_class(base: type) -> type:
 
         def handle_server_args(self, server_args: Any) -> None:
             given = os.environ.get(SPEC_FILE_VARIABLE)  # without a file, SGLang's n-gram default
-            from srt_agent.config.spec_file import sglang_draft_slots
+            from srt_agent.integrations.sglang.refusals import sglang_draft_slots
 
             ngram_defaults(server_args, sglang_draft_slots(worker_spec() if given else None))
 
