@@ -129,7 +129,7 @@ def _decode_rate(
     stats = engine.spec_stats(reset=True)
     prefill, prefill_cpu, _ = _timed(engine, _requests(prompts, 1, temperature))
     tokens = len(prompts) * (new_tokens - 1)
-    host = (stats.step_seconds - stats.device_seconds) / max(stats.tokens, 1)
+    host = (stats.step_s - stats.device_s) / max(stats.tokens, 1)
     return _Rate(
         tokens / max(full - prefill, 1e-9),
         tokens / max(full_cpu - prefill_cpu, 1e-9),

@@ -90,7 +90,7 @@ def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> No
     with build_runtime(model_dir, rollout, draft_source=TreeCache(), cuda_graphs=True) as runtime:
         engine = runtime.engine
         stats = engine.stats()  # type: ignore[union-attr]
-        assert stats.warm_shapes > 0 and stats.warm_up_seconds > 0
+        assert stats.warm_shapes > 0 and stats.warm_up_s > 0
         for _ in range(2):  # the second round drafts from the first's cache
             batch = rollout_sync(runtime.scheduler, specs)
         after = engine.stats()  # type: ignore[union-attr]

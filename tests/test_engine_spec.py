@@ -337,7 +337,7 @@ def test_spec_stats_snapshot_and_reset(model_dir: Path, plain: TorchEngine) -> N
     assert sum(k * n for k, n in enumerate(stats.acceptance_histogram)) == stats.nodes_accepted
     assert stats.nodes_accepted == stats.nodes_drafted and stats.mean_accepted > 4
     assert 0 < stats.runahead_nodes_accepted < stats.nodes_accepted
-    assert stats.forward_seconds > 0 and stats.verify_seconds > 0 and stats.draft_seconds > 0
+    assert stats.forward_s > 0 and stats.verify_s > 0 and stats.draft_s > 0
     assert after.tokens == 0 and after.acceptance_histogram == () and after.drafts_by_source == {}
 
 

@@ -224,3 +224,20 @@ def test_a_checkpoint_keeps_each_replicas_tree_cache_and_resuming_restores_it(
         assert resumed.rollouts.engine.router.owners() == routes  # type: ignore[attr-defined]
     finally:
         resumed.close()
+
+
+def test_a_replica_that_died_idle_is_replaced_when_every_replica_is_asked(
+    cluster: None, model_dir: Path
+) -> None:
+    from srt_agent.distributed.ray_engine import RayEngine
+
+    engine = RayEngine(model_dir, RayConfig(replicas=2), max_batch_size=2, cache=TreeCacheConfig())
+    try:
+        ray.kill(engine.replicas[1])  # no request of its own in flight: nothing replaced it yet
+        assert engine.cache_states() == [0, 0]  # asked anyway: replaced, and the new one answers
+        assert engine.replaced == 1
+        engine.spec_stats()
+        engine.update_weights(read_state_dict(model_dir))
+        assert engine.replaced == 1
+    finally:
+        engine.close()

@@ -70,12 +70,12 @@ def test_spec_delta_subtracts_every_counter() -> None:
     before = SpecStats(tokens=5, nodes_drafted=4, acceptance_histogram=(2, 1), drafts_by_source={"exact": 3})
     after = SpecStats(
         tokens=12, runahead_tokens=2, nodes_drafted=10, nodes_accepted=3,
-        acceptance_histogram=(3, 1, 1), drafts_by_source={"exact": 4, "task": 2}, draft_seconds=0.5,
+        acceptance_histogram=(3, 1, 1), drafts_by_source={"exact": 4, "task": 2}, draft_s=0.5,
     )  # fmt: skip
     d = spec_delta(after, before)
     assert (d.tokens, d.runahead_tokens, d.nodes_drafted, d.nodes_accepted) == (7, 2, 6, 3)
     assert d.acceptance_histogram == (1, 0, 1) and d.drafts_by_source == {"exact": 1, "task": 2}
-    assert d.draft_seconds == 0.5
+    assert d.draft_s == 0.5
 
 
 def test_eval_reports_speculation_figures_with_spec_on_and_off(model_dir: Path) -> None:

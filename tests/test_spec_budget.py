@@ -52,7 +52,7 @@ def test_a_verify_steps_fixed_extra_cost_keeps_narrow_unsure_drafts_out() -> Non
     assert all(model.choose(drafts))  # verify steps predicted by the decode fit: 20.8 tokens in 0.0116 s pay
     for _ in range(50):
         model.observe_step(16, 5, 0.02)  # measured: a verify step costs 2x a decode step
-    assert model.step_seconds(16, 2) == pytest.approx(0.02 - 0.0001 * 16 * 3, rel=0.05)
+    assert model.step_s(16, 2) == pytest.approx(0.02 - 0.0001 * 16 * 3, rel=0.05)
     assert not any(model.choose(drafts))  # 20.8 tokens in ~0.015 s do not beat 16 in 0.01 s
     assert all(model.choose([_chain(4, prob=1.0)] * 16))  # sure drafts still pay
 
@@ -303,7 +303,7 @@ def test_a_fixed_verify_width_prices_every_verify_step_at_that_width() -> None:
     exceeds max_batch_tokens decodes plainly (the batch-size threshold)."""
     model = _model(per_forward=0.001, per_token=0.00003, max_draft_tokens=8)
     model.fixed_width = 9
-    assert model.step_seconds(16, 2) == model.step_seconds(16, 9) > model.step_seconds(16, 1)
+    assert model.step_s(16, 2) == model.step_s(16, 9) > model.step_s(16, 1)
     # The tree of test_choose_keeps_the_most_likely_nodes_at_one_width: at a fixed width its
     # unlikely nodes ride along for free (they were trimmed when narrower steps were cheaper).
     tree = DraftTree((10, 11, 12, 13), (-1, -1, 0, 2), (0.9, 0.05, 0.8, 0.1), "exact")

@@ -38,15 +38,15 @@ class SpecStats:
         probes: Verify steps forced by the cost model to re-measure acceptance.
         preempted: Run-ahead sequences that gave their row to live ones.
         draft_errors: Draft-source calls that raised (logged; the step went on without).
-        draft_seconds: Time in draft lookups.
-        forward_seconds: Time in decode-phase forwards.
-        verify_seconds: Time drawing target tokens and walking the trees.
-        prefill_seconds: Time in prefill forwards (their first token's draw included).
-        idle_seconds: Time the engine waited with nothing to run (every sequence was with its
+        draft_s: Time in draft lookups.
+        forward_s: Time in decode-phase forwards.
+        verify_s: Time drawing target tokens and walking the trees.
+        prefill_s: Time in prefill forwards (their first token's draw included).
+        idle_s: Time the engine waited with nothing to run (every sequence was with its
             caller: env steps, tokenization, the driver's own work).
-        step_seconds: Time in engine steps (prefill and decode phases; graph captures excluded).
-        device_seconds: Of ``step_seconds``, time launching static steps and waiting for their
-            results (on a CPU, their whole forward); ``step_seconds - device_seconds`` is the
+        step_s: Time in engine steps (prefill and decode phases; graph captures excluded).
+        device_s: Of ``step_s``, time launching static steps and waiting for their
+            results (on a CPU, their whole forward); ``step_s - device_s`` is the
             host's own work when every step is static (``cuda_graphs``).
     """
 
@@ -66,13 +66,13 @@ class SpecStats:
     probes: int = 0
     preempted: int = 0
     draft_errors: int = 0
-    draft_seconds: float = 0.0
-    forward_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    prefill_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    step_seconds: float = 0.0
-    device_seconds: float = 0.0
+    draft_s: float = 0.0
+    forward_s: float = 0.0
+    verify_s: float = 0.0
+    prefill_s: float = 0.0
+    idle_s: float = 0.0
+    step_s: float = 0.0
+    device_s: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -114,13 +114,13 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
         **ints,
         acceptance_histogram=tuple(hist),
         drafts_by_source={s: n for s, n in sources.items() if n},
-        draft_seconds=a.draft_seconds + sign * b.draft_seconds,
-        forward_seconds=a.forward_seconds + sign * b.forward_seconds,
-        verify_seconds=a.verify_seconds + sign * b.verify_seconds,
-        prefill_seconds=a.prefill_seconds + sign * b.prefill_seconds,
-        idle_seconds=a.idle_seconds + sign * b.idle_seconds,
-        step_seconds=a.step_seconds + sign * b.step_seconds,
-        device_seconds=a.device_seconds + sign * b.device_seconds,
+        draft_s=a.draft_s + sign * b.draft_s,
+        forward_s=a.forward_s + sign * b.forward_s,
+        verify_s=a.verify_s + sign * b.verify_s,
+        prefill_s=a.prefill_s + sign * b.prefill_s,
+        idle_s=a.idle_s + sign * b.idle_s,
+        step_s=a.step_s + sign * b.step_s,
+        device_s=a.device_s + sign * b.device_s,
     )
 
 

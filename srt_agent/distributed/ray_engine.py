@@ -190,28 +190,23 @@ class RayEngine:
         ref = self._ray.put({k: v.detach().to("cpu") for k, v in state_dict.items()})
         with self._lock:
             self._weights = ref
-            replicas = list(self.replicas)
-        self._ray.get([r.update_weights.remote(ref) for r in replicas])
+        self._each("update_weights", ref)  # a dead replica is replaced, and the new one loads them
 
     def replica_options(self) -> list[tuple[TreeCacheConfig | None, SpecConfig]]:
         """Each replica's tree cache and speculation settings, as the replicas report them."""
-        with self._lock:
-            replicas = list(self.replicas)
-        options: list[tuple[TreeCacheConfig | None, SpecConfig]] = self._ray.get(
-            [r.options.remote() for r in replicas]
-        )
+        options: list[tuple[TreeCacheConfig | None, SpecConfig]] = self._each("options")
         return options
 
     def spec_stats(self, reset: bool = False) -> SpecStats:
         """The replicas' speculation counters, added up."""
-        return spec_sum(self._ray.get([r.spec_stats.remote(reset) for r in self.replicas]))
+        return spec_sum(self._each("spec_stats", reset))
 
     def save_caches(self, directory: Path) -> list[Path]:
         """Write each replica's tree cache into ``directory`` (``tree_cache.replica<i>.npz``).
 
         The files a checkpoint keeps, so that resuming gives every replica its own cache back.
         """
-        blobs = self._ray.get([r.cache_bytes.remote() for r in self.replicas])
+        blobs = self._each("cache_bytes")
         paths = []
         for i, blob in enumerate(blobs):
             if blob is not None:
@@ -223,7 +218,30 @@ class RayEngine:
 
     def cache_states(self) -> list[int]:
         """Conversation states in each replica's tree cache."""
-        return list(self._ray.get([r.cache_states.remote() for r in self.replicas]))
+        return list(self._each("cache_states"))
+
+    def _each(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on every replica; a replica found dead is replaced and asked instead.
+
+        A replica can die with no request of its own in flight (nothing would have replaced it
+        yet): a question to every replica must not fail the run for it.
+        """
+        with self._lock:
+            replicas = list(self.replicas)
+        refs = [getattr(r, method).remote(*args) for r in replicas]
+        try:
+            return list(self._ray.get(refs))
+        except self._ray.exceptions.RayActorError:
+            pass
+        out = []
+        for index, (replica, ref) in enumerate(zip(replicas, refs, strict=True)):
+            try:
+                out.append(self._ray.get(ref))
+            except self._ray.exceptions.RayActorError:
+                log.warning("replica %d died; replacing it", index)
+                self._replace(index, replica)
+                out.append(self._ray.get(getattr(self.replicas[index], method).remote(*args)))
+        return out
 
     def close(self) -> None:
         """Stop the replicas."""

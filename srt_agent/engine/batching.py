@@ -353,10 +353,10 @@ class Scheduler:
     def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
         """Enter a decode step in the run-ahead ledger: what its run-ahead rows cost and saved."""
         ahead = sum(1 for s in self.rows if s.request.priority == "runahead")
-        alone = spec.cost.step_seconds(batch - ahead, width) if ahead < batch else 0.0
+        alone = spec.cost.step_s(batch - ahead, width) if ahead < batch else 0.0
         self.runahead_gate.decode(seconds, min(alone, seconds), ahead)
         if width > 1:
-            self.runahead_gate.credit(spec.last_runahead_accepted, spec.cost.step_seconds(batch, 1), batch)
+            self.runahead_gate.credit(spec.last_runahead_accepted, spec.cost.step_s(batch, 1), batch)
 
     def _plain_decode(self) -> list[Emitted]:
         """One token per row: the classic decode forward."""

@@ -169,17 +169,17 @@ class StepGraphs:
         self.eager_steps = 0  # static decode and verify steps run eagerly (capture off, or it failed)
         self.prefills = 0  # prefills run as static steps (replayed or eager)
         self.capture_error: str | None = None  # why capturing was turned off, if it was
-        self.capture_seconds = 0.0  # spent capturing (a one-off per shape, not a step's cost)
-        self.prefill_capture_seconds = 0.0  # of which prefill shapes
-        self.warm_up_seconds = 0.0  # spent in warm_up (its captures included)
-        self.warm_up_capture_seconds = 0.0  # of capture_seconds, at warm-up (not mid-run)
-        self.warm_up_prefill_capture_seconds = 0.0  # of which prefill shapes
+        self.capture_s = 0.0  # spent capturing (a one-off per shape, not a step's cost)
+        self.prefill_capture_s = 0.0  # of which prefill shapes
+        self.warm_up_s = 0.0  # spent in warm_up (its captures included)
+        self.warm_up_capture_s = 0.0  # of capture_s, at warm-up (not mid-run)
+        self.warm_up_prefill_capture_s = 0.0  # of which prefill shapes
         self.warm_shapes = 0  # shapes built by warm_up
         self.unwarmed_shapes = 0  # shapes of warmed flags met later: run eagerly, never captured
         self._warm: set[Flags] = set()  # sampling flags whose shapes warm_up built
         # Spent launching steps and waiting for their results (the whole forward where steps run
         # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
-        self.device_seconds = 0.0
+        self.device_s = 0.0
 
     @property
     def shapes(self) -> int:
@@ -252,7 +252,7 @@ class StepGraphs:
         else:
             self.eager_steps += 1
         values = out[:, :rows, :width].cpu()  # the step's one sync
-        self.device_seconds += timer.seconds()
+        self.device_s += timer.seconds()
         return StepDraws(values[0].long().tolist(), values[1].tolist())
 
     def prefill(
@@ -315,7 +315,7 @@ class StepGraphs:
         out, _ = self._launch(("prefill", kb, tb, span, flags))
         self.prefills += 1
         values = out[:, :rows].cpu()  # the prefill's one sync
-        self.device_seconds += timer.seconds()
+        self.device_s += timer.seconds()
         return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
 
     # --- warm-up ------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ class StepGraphs:
 
         Must run while no sequence holds a cache row: each shape runs once on placeholder inputs
         (on a GPU, its capture runs it), writing keys and values into rows that nothing reads.
-        The step counters are left as they were; the time goes to :attr:`warm_up_seconds`.
+        The step counters are left as they were; the time goes to :attr:`warm_up_s`.
 
         Args:
             params: Sampling parameters the engine will run (e.g. the rollout's); one set of shapes
@@ -336,8 +336,8 @@ class StepGraphs:
             Shapes built.
         """
         start = time.perf_counter()
-        captured, prefill_captured = self.capture_seconds, self.prefill_capture_seconds
-        before = (self.replays, self.eager_steps, self.prefills, self.device_seconds)
+        captured, prefill_captured = self.capture_s, self.prefill_capture_s
+        before = (self.replays, self.eager_steps, self.prefills, self.device_s)
         vocab = self.model.config.vocab_size
         built = len(self._graphs)
         for p in params:
@@ -350,12 +350,12 @@ class StepGraphs:
                 else:
                     self._warm_prefill(rows, width, p)
             self._warm.add(flags)
-        self.replays, self.eager_steps, self.prefills, self.device_seconds = before
+        self.replays, self.eager_steps, self.prefills, self.device_s = before
         new = len(self._graphs) - built
         self.warm_shapes += new
-        self.warm_up_capture_seconds += self.capture_seconds - captured
-        self.warm_up_prefill_capture_seconds += self.prefill_capture_seconds - prefill_captured
-        self.warm_up_seconds += time.perf_counter() - start
+        self.warm_up_capture_s += self.capture_s - captured
+        self.warm_up_prefill_capture_s += self.prefill_capture_s - prefill_captured
+        self.warm_up_s += time.perf_counter() - start
         return new
 
     def warm_shape_list(self) -> list[tuple[str, int, int, int]]:
@@ -499,9 +499,9 @@ class StepGraphs:
             return _Graph(run)
         self.captures += 1
         took = time.perf_counter() - start
-        self.capture_seconds += took
+        self.capture_s += took
         if kind != "step":
-            self.prefill_capture_seconds += took
+            self.prefill_capture_s += took
         return _Graph(run, graph, out)
 
     def _capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
@@ -545,12 +545,12 @@ class CaptureFreeTimer:
     def __init__(self, graphs: StepGraphs | None, clock: Callable[[], float] = time.perf_counter) -> None:
         self._graphs = graphs
         self._clock = clock
-        self._captured = graphs.capture_seconds if graphs is not None else 0.0
+        self._captured = graphs.capture_s if graphs is not None else 0.0
         self._start = clock()
 
     def seconds(self) -> float:
         """Seconds since creation, less the capture time in between (never negative)."""
         elapsed = self._clock() - self._start
         if self._graphs is not None:
-            elapsed -= self._graphs.capture_seconds - self._captured
+            elapsed -= self._graphs.capture_s - self._captured
         return max(elapsed, 0.0)

@@ -63,19 +63,19 @@ class EngineStats:
         prefix_tokens_reused: Prompt tokens copied from parked prefixes instead of recomputed.
         graph_shapes: Step shapes captured as CUDA graphs.
         graph_replays: Decode and verify steps run by replaying a CUDA graph.
-        graph_capture_seconds: Time spent capturing graphs (once per shape; inside the step and
+        graph_capture_s: Time spent capturing graphs (once per shape; inside the step and
             prefill times of :class:`~srt_agent.engine.speculation.stats.SpecStats`).
-        prefill_capture_seconds: Of ``graph_capture_seconds``, the prefill shapes' (inside the
+        prefill_capture_s: Of ``graph_capture_s``, the prefill shapes' (inside the
             prefill time; the rest is inside the decode and verify steps' time).
         static_eager_steps: Static-shape steps run eagerly (``cuda_graphs`` on a CPU, or after a
             failed capture).
         static_prefills: Prefills run as static-shape steps (graph replays on a GPU).
         graph_error: Why capturing was turned off, if a capture failed.
-        warm_up_seconds: Spent in :meth:`TorchEngine.warm_up` (building every step shape before
-            the first request; its captures are inside ``graph_capture_seconds`` too).
-        warm_up_capture_seconds: Of ``graph_capture_seconds``, the captures made by warm-up (so
-            ``graph_capture_seconds - warm_up_capture_seconds`` was captured mid-run).
-        warm_up_prefill_capture_seconds: Of ``warm_up_capture_seconds``, the prefill shapes'.
+        warm_up_s: Spent in :meth:`TorchEngine.warm_up` (building every step shape before
+            the first request; its captures are inside ``graph_capture_s`` too).
+        warm_up_capture_s: Of ``graph_capture_s``, the captures made by warm-up (so
+            ``graph_capture_s - warm_up_capture_s`` was captured mid-run).
+        warm_up_prefill_capture_s: Of ``warm_up_capture_s``, the prefill shapes'.
         warm_shapes: Step shapes built by warm-up.
         unwarmed_shapes: Shapes of warmed sampling flags met after warm-up (run eagerly, never
             captured mid-run): 0 when warm-up covered everything the run needed.
@@ -92,14 +92,14 @@ class EngineStats:
     prefix_tokens_reused: int = 0
     graph_shapes: int = 0
     graph_replays: int = 0
-    graph_capture_seconds: float = 0.0
-    prefill_capture_seconds: float = 0.0
+    graph_capture_s: float = 0.0
+    prefill_capture_s: float = 0.0
     static_eager_steps: int = 0
     static_prefills: int = 0
     graph_error: str | None = None
-    warm_up_seconds: float = 0.0
-    warm_up_capture_seconds: float = 0.0
-    warm_up_prefill_capture_seconds: float = 0.0
+    warm_up_s: float = 0.0
+    warm_up_capture_s: float = 0.0
+    warm_up_prefill_capture_s: float = 0.0
     warm_shapes: int = 0
     unwarmed_shapes: int = 0
 
@@ -284,14 +284,14 @@ class TorchEngine:
             counts,
             graph_shapes=g.captures,
             graph_replays=g.replays,
-            graph_capture_seconds=g.capture_seconds,
-            prefill_capture_seconds=g.prefill_capture_seconds,
+            graph_capture_s=g.capture_s,
+            prefill_capture_s=g.prefill_capture_s,
             static_eager_steps=g.eager_steps,
             static_prefills=g.prefills,
             graph_error=g.capture_error,
-            warm_up_seconds=g.warm_up_seconds,
-            warm_up_capture_seconds=g.warm_up_capture_seconds,
-            warm_up_prefill_capture_seconds=g.warm_up_prefill_capture_seconds,
+            warm_up_s=g.warm_up_s,
+            warm_up_capture_s=g.warm_up_capture_s,
+            warm_up_prefill_capture_s=g.warm_up_prefill_capture_s,
             warm_shapes=g.warm_shapes,
             unwarmed_shapes=g.unwarmed_shapes,
         )
@@ -377,10 +377,10 @@ class TorchEngine:
         def run() -> float:
             if scheduler.has_work():
                 raise RuntimeError("warm_up runs before requests are submitted (rows are in use)")
-            before = graphs.warm_up_seconds
+            before = graphs.warm_up_s
             with torch.inference_mode():
                 graphs.warm_up(params)
-            return graphs.warm_up_seconds - before
+            return graphs.warm_up_s - before
 
         seconds = self._call(run)
         log.info("engine warm-up: %d step shapes in %.2f s", graphs.warm_shapes, seconds)
@@ -527,12 +527,12 @@ class TorchEngine:
     def _timed_step(self) -> None:
         """One scheduler step, its time (and the device's share of it) added to the counters."""
         graphs = self.graphs
-        device = graphs.device_seconds if graphs is not None else 0.0
+        device = graphs.device_s if graphs is not None else 0.0
         timer = CaptureFreeTimer(graphs)
         try:
             self._scheduler.step()
         finally:
-            device = graphs.device_seconds - device if graphs is not None else 0.0
+            device = graphs.device_s - device if graphs is not None else 0.0
             self._counters.add_time(step=timer.seconds(), device=device)
 
     def _handle(self, item: object) -> None:

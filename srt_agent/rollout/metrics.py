@@ -161,11 +161,11 @@ class RolloutMetrics:
             "generation_s": self.generation_s,
             "tool_wait_s": self.tool_wait_s,
             "idle_s": self.idle_s,
-            "draft_s": s.draft_seconds,
-            "forward_s": s.forward_seconds,
-            "verify_s": s.verify_seconds,
-            "prefill_s": s.prefill_seconds,
-            "engine_idle_s": s.idle_seconds,
+            "draft_s": s.draft_s,
+            "forward_s": s.forward_s,
+            "verify_s": s.verify_s,
+            "prefill_s": s.prefill_s,
+            "engine_idle_s": s.idle_s,
         }
         out.update({k: round(v, 4) for k, v in seconds.items()})
         return out

@@ -151,7 +151,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             out[f"srt_speedup_{_env_key(env)}"] = _ratio(o, s)
             # Per env from off's own split (graph capture counted as decode time: an upper bound).
             steps = [r.metrics.spec for r in per if r.config == "off"]
-            decode = sum(x.forward_seconds + x.verify_seconds for x in steps)
+            decode = sum(x.forward_s + x.verify_s for x in steps)
             out[f"srt_speedup_ceiling_{_env_key(env)}"] = _ceiling(o, decode)
     if "srt" in tot:
         out["srt_throughput_ratio"] = _ratio(_seconds_per_token(off), _seconds_per_token(tot["srt"]))

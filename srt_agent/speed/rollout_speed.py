@@ -382,16 +382,16 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
     if not isinstance(arm.engine, TorchEngine):
         return start
     stats = arm.engine.stats()
-    midrun = stats.graph_capture_seconds - stats.warm_up_capture_seconds
-    midrun_prefill = stats.prefill_capture_seconds - stats.warm_up_prefill_capture_seconds
+    midrun = stats.graph_capture_s - stats.warm_up_capture_s
+    midrun_prefill = stats.prefill_capture_s - stats.warm_up_prefill_capture_s
     out: dict[str, float | int | str] = {
         **start,
         f"{arm.name}_graph_shapes": stats.graph_shapes,
         f"{arm.name}_graph_replays": stats.graph_replays,
         f"{arm.name}_graph_capture_s": round(midrun, 3),
         f"{arm.name}_prefill_capture_s": round(midrun_prefill, 3),
-        f"{arm.name}_warm_up_s": round(stats.warm_up_seconds, 3),
-        f"{arm.name}_warm_up_capture_s": round(stats.warm_up_capture_seconds, 3),
+        f"{arm.name}_warm_up_s": round(stats.warm_up_s, 3),
+        f"{arm.name}_warm_up_capture_s": round(stats.warm_up_capture_s, 3),
         f"{arm.name}_warm_shapes": stats.warm_shapes,
         f"{arm.name}_unwarmed_shapes": stats.unwarmed_shapes,
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
@@ -441,11 +441,11 @@ def totals(results: Sequence[RoundResult], config: str, rounds: int | None = Non
         "tokens": float(tokens),
         "tokens_per_forward": tokens / forwards if forwards else 0.0,
         "target_forwards": float(sum(x.spec.target_forwards for x in m)),
-        "forward_s": sum(x.spec.forward_seconds + x.spec.verify_seconds for x in m),
-        "verify_s": sum(x.spec.verify_seconds for x in m),
-        "draft_s": sum(x.spec.draft_seconds for x in m),
-        "prefill_s": sum(x.spec.prefill_seconds for x in m),
-        "idle_s": sum(x.spec.idle_seconds for x in m),
+        "forward_s": sum(x.spec.forward_s + x.spec.verify_s for x in m),
+        "verify_s": sum(x.spec.verify_s for x in m),
+        "draft_s": sum(x.spec.draft_s for x in m),
+        "prefill_s": sum(x.spec.prefill_s for x in m),
+        "idle_s": sum(x.spec.idle_s for x in m),
         "driver_s": sum(x.idle_s for x in m),
         "prefill_forwards": float(sum(x.spec.prefill_forwards for x in m)),
         "acceptance_rate": accepted / drafted if drafted else 0.0,

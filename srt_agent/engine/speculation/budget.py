@@ -149,7 +149,7 @@ class CostModel:
         # contexts, another env's batch): the plain fit stays fresh, the extra rarely changes.
         self.verify_extra = ForwardTime()
         self.acceptance = Acceptance()
-        self.lookup_seconds = 0.0  # running mean of one draft lookup (per row)
+        self.lookup_s = 0.0  # running mean of one draft lookup (per row)
         self.probing = False  # the current step is a probe
         self._probe = 0  # draft tokens the current probe verifies
         self._idle_steps = 0  # decode steps since the last verified draft
@@ -189,11 +189,11 @@ class CostModel:
             self.time.observe(batch, seconds)
         else:
             if self._emitted:  # what each group's rows emitted, against a plain step of this size
-                self.realized.observe_verify(self._emitted, batch, seconds + self.lookup_seconds * batch)
+                self.realized.observe_verify(self._emitted, batch, seconds + self.lookup_s * batch)
             self.verify_extra.observe(batch * (width - 1), seconds - self.time.predict(batch))
         self._emitted = {}
 
-    def step_seconds(self, batch: int, width: int) -> float:
+    def step_s(self, batch: int, width: int) -> float:
         """Predicted seconds of a decode step of ``batch`` rows: plain (``width`` 1) or verifying."""
         plain = self.time.predict(batch)
         if width <= 1:
@@ -303,7 +303,7 @@ class CostModel:
         """
         if self._yield is None:
             return True  # nothing measured yet: be optimistic
-        return self._yield > self.lookup_seconds
+        return self._yield > self.lookup_s
 
     def _optimistic_width(self, batch: int, width: int) -> int:
         """Best width if every row had a chain of nodes its source is sure of (``q = 1``).
@@ -319,12 +319,12 @@ class CostModel:
         cached = self._widths.get(batch)
         if cached is not None:
             return min(cached, width)
-        best_width, best = 1, batch / self.step_seconds(batch, 1)
+        best_width, best = 1, batch / self.step_s(batch, 1)
         value, expected = 1.0, float(batch)
         for w in range(2, width + 1):
             value = min(value, self.acceptance.best_rate(w - 1))
             expected += batch * value
-            score = expected / (self.step_seconds(batch, w) + self.lookup_seconds * batch)
+            score = expected / (self.step_s(batch, w) + self.lookup_s * batch)
             if score > best * (1 + 1e-9):
                 best_width, best = w, score
         self._widths[batch] = best_width
@@ -341,8 +341,8 @@ class CostModel:
         base = self.config.probe_interval
         if width < 2:
             return base
-        plain = self.step_seconds(batch, 1)
-        extra = max(0.0, self.step_seconds(batch, 2) - plain)
+        plain = self.step_s(batch, 1)
+        extra = max(0.0, self.step_s(batch, 2) - plain)
         if extra <= 0.0:
             return base
         room = self.config.probe_overhead * plain
@@ -352,10 +352,10 @@ class CostModel:
 
     def _probe_size(self, batch: int, width: int) -> int:
         """Largest probe whose extra forward time stays within the probe overhead budget (>= 1)."""
-        plain = self.step_seconds(batch, 1)
+        plain = self.step_s(batch, 1)
         allowed = self.config.probe_overhead * self._probe_interval(batch, width) * plain
-        allowed -= max(0.0, self.step_seconds(batch, 1 + 1) - plain)  # the first node, fixed extra included
-        per_token = max(0.0, self.step_seconds(batch, 3) - self.step_seconds(batch, 2)) / batch
+        allowed -= max(0.0, self.step_s(batch, 1 + 1) - plain)  # the first node, fixed extra included
+        per_token = max(0.0, self.step_s(batch, 3) - self.step_s(batch, 2)) / batch
         return max(1, min(width - 1, 1 + math.floor(allowed / (per_token * batch + 1e-12))))
 
     def rank(self, draft: DraftTree, group: str = "") -> Ranked:
@@ -414,18 +414,18 @@ class CostModel:
             chosen = list(drafts)
         else:
             ranked = self._rank_all(drafts, groups or [""] * batch)
-            best_width, best = 1, batch / self.step_seconds(batch, 1)
+            best_width, best = 1, batch / self.step_s(batch, 1)
             expected = float(batch)
             for w in range(2, width + 1):
                 expected += sum(r.values[w - 2] for r in ranked if len(r.values) >= w - 1)
-                score = expected / self.step_seconds(batch, w)
+                score = expected / self.step_s(batch, w)
                 if score > best * (1 + 1e-9):
                     best_width, best = w, score
             gain = 0.0  # seconds saved per row against plain decoding (0: nothing worth verifying)
             if best_width > 1:
-                plain = self.step_seconds(batch, 1)
+                plain = self.step_s(batch, 1)
                 tokens = batch + sum(sum(r.values[: best_width - 1]) for r in ranked)
-                gain = (tokens * plain / batch - self.step_seconds(batch, best_width)) / batch
+                gain = (tokens * plain / batch - self.step_s(batch, best_width)) / batch
             self._yield = (
                 gain if self._yield is None else _YIELD_DECAY * self._yield + (1 - _YIELD_DECAY) * gain
             )
@@ -439,7 +439,7 @@ class CostModel:
 
     def observe_lookup(self, seconds_per_row: float) -> None:
         """Add a measured draft lookup time (seconds per asked row)."""
-        self.lookup_seconds = 0.9 * self.lookup_seconds + 0.1 * seconds_per_row
+        self.lookup_s = 0.9 * self.lookup_s + 0.1 * seconds_per_row
 
     def observe_verify(
         self,
@@ -480,8 +480,8 @@ class CostModel:
         self._widths.clear()
         batch = len(drafts)
         width = 1 + max((len(d) for d in drafts), default=0)
-        plain = self.step_seconds(batch, 1)
-        extra = max(0.0, self.step_seconds(batch, width) - plain)
+        plain = self.step_s(batch, 1)
+        extra = max(0.0, self.step_s(batch, width) - plain)
         for group, taken_nodes in taken_by.items():
             if taken_nodes and taken_nodes * plain >= extra * rows[group]:
                 self._intervals[group] = 1

@@ -99,13 +99,13 @@ class SpecCounters:
                 **{name: self._ints[name] for name in _INT_FIELDS},
                 acceptance_histogram=tuple(self._histogram),
                 drafts_by_source=dict(self._sources),
-                draft_seconds=s["draft"],
-                forward_seconds=s["forward"],
-                verify_seconds=s["verify"],
-                prefill_seconds=s["prefill"],
-                idle_seconds=idle,
-                step_seconds=s["step"],
-                device_seconds=s["device"],
+                draft_s=s["draft"],
+                forward_s=s["forward"],
+                verify_s=s["verify"],
+                prefill_s=s["prefill"],
+                idle_s=idle,
+                step_s=s["step"],
+                device_s=s["device"],
             )
             if reset:
                 self._ints.clear()
