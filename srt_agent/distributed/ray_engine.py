@@ -129,16 +129,17 @@ class RayEngine:
         self._weights: Any = None  # the latest weights' object ref, for replacements
         self.replaced = 0
         self.router = Router(config.replicas, config.routing)
-        saved = replica_cache_files(saved_caches) if saved_caches is not None and cache is not None else []
-        if saved:
-            if len(saved) != config.replicas:
-                log.warning(
-                    "%d replica tree caches saved, %d replicas now: the first %d start from theirs",
-                    len(saved), config.replicas, min(len(saved), config.replicas),
-                )  # fmt: skip
-            routes = saved_caches / ROUTES_FILE if saved_caches is not None else None
-            if routes is not None and routes.is_file():
+        saved: list[Path] = []
+        if saved_caches is not None and cache is not None:
+            saved = replica_cache_files(saved_caches)
+            routes = saved_caches / ROUTES_FILE
+            if routes.is_file():
                 self.router.restore(json.loads(routes.read_text()))
+        if saved and len(saved) != config.replicas:
+            log.warning(
+                "%d replica tree caches saved, %d replicas now: the first %d start from theirs",
+                len(saved), config.replicas, min(len(saved), config.replicas),
+            )  # fmt: skip
         files = [f.read_bytes() for f in saved[: config.replicas]]
         self.replicas = [
             self._actor.remote(**self._args, cache_file=files[i] if i < len(files) else None)

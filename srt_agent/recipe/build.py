@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -164,6 +164,18 @@ class BuildConfig:
             )
 
 
+_GPU = BuildConfig(
+    demos=TOOL_CHOICE_DEMOS,
+    vocab_size=2048,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    intermediate_size=2048,
+    sft=SFTConfig(steps=1200, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
+    threads=min(16, os.cpu_count() or 2),
+)
+"""The ``gpu`` preset, whose shape other GPU presets share."""
+
 PRESETS: dict[str, BuildConfig] = {
     "embedded": BuildConfig(),
     "tool-choice": BuildConfig(
@@ -181,34 +193,20 @@ PRESETS: dict[str, BuildConfig] = {
         drill_steps=3500,
         sft=SFTConfig(steps=2400, batch_tokens=2600, lr=3e-3, warmup_steps=100),
     ),
-    "retail-gpu": BuildConfig(
+    "retail-gpu": replace(
+        _GPU,  # the gpu preset's shape and optimiser, on Retail
         demos=RETAIL_DEMOS,
-        vocab_size=2048,
-        hidden_size=768,
-        num_layers=12,
-        num_heads=12,
-        intermediate_size=2048,
         # Drills first (short, the copying lesson), then everything: ~24M tokens, ~3 min on an H100
         # by the gpu preset's rate (not measured yet).
         drill_steps=400,
-        sft=SFTConfig(steps=1600, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
-        threads=min(16, os.cpu_count() or 2),
+        sft=replace(_GPU.sft, steps=1600),
     ),
     "reasoning-gym": BuildConfig(
         demos=REASONING_GYM_DEMOS,
         # 0.22M tokens of short episodes (~74 each): ~11 passes (2.4M tokens trained, measured).
         sft=SFTConfig(steps=1500, batch_tokens=2100, lr=3e-3, warmup_steps=100),
     ),
-    "gpu": BuildConfig(
-        demos=TOOL_CHOICE_DEMOS,
-        vocab_size=2048,
-        hidden_size=768,
-        num_layers=12,
-        num_heads=12,
-        intermediate_size=2048,
-        sft=SFTConfig(steps=1200, batch_tokens=12288, lr=6e-4, warmup_steps=100, device="cuda"),
-        threads=min(16, os.cpu_count() or 2),
-    ),
+    "gpu": _GPU,
     "gpu-0.5b": BuildConfig(
         demos=TOOL_CHOICE_DEMOS,
         vocab_size=2048,
@@ -234,7 +232,9 @@ reasoning-gym's ``basic_arithmetic`` alone (it needs the ``reasoning-gym`` extra
 wide, 12 layers), 1,200 SFT steps of 12k tokens on a CUDA device (~2 minutes on one H100), the
 model whose GPU steps show what speculation does there (the embedded one is all host time on a GPU).
 ``gpu-0.5b`` is the same lesson at Qwen2.5-0.5B's shape (~0.4B parameters with this vocabulary),
-trained in bfloat16 autocast: where SRT's ratio goes as the policy grows."""
+trained in bfloat16 autocast: where SRT's ratio goes as the policy grows. ``retail`` and
+``retail-gpu`` are Retail's starting points (CPU and GPU size): its conversations and, trained on
+first, their openings (``docs/retail.md``)."""
 
 
 def preset_config(name: str) -> BuildConfig:
@@ -557,12 +557,9 @@ def _sha256(path: Path) -> str:
 def copy_shipped(src: Path, out: Path) -> None:
     """Copy a shipped build into ``out`` (created; its metadata file last, as a build writes it)."""
     out.mkdir(parents=True, exist_ok=True)
-    for name in MODEL_FILES:
-        if name != BUILD_FILE:
-            shutil.copyfile(src / name, out / name)
-    for extra in ("generation_config.json",):
-        if (src / extra).is_file():
-            shutil.copyfile(src / extra, out / extra)
+    for file in src.iterdir():  # every file of the build (generation_config.json too), metadata apart
+        if file.is_file() and file.name != BUILD_FILE:
+            shutil.copyfile(file, out / file.name)
     record = json.loads((src / BUILD_FILE).read_text()) | {"out_dir": str(out)}
     (out / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 

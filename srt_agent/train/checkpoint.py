@@ -55,6 +55,8 @@ FORMAT = "srt-train-ckpt/2"
 """Written now: with ``manifest.json``; ``srt-train-ckpt/1`` (no manifest) is still read."""
 _FORMATS = ("srt-train-ckpt/1", FORMAT)
 MANIFEST_FILE = "manifest.json"
+CACHE_FILE = "tree_cache.npz"
+"""The driver's tree cache in a checkpoint."""
 _NAME = re.compile(r"^step-(\d{6,})$")
 _STATE_LIMIT = 1 << 20
 """The most of a ``state.json`` read (a larger one is reported as damaged, not parsed)."""
@@ -86,7 +88,7 @@ class Checkpoint:
     @property
     def cache_file(self) -> Path:
         """The tree cache file."""
-        return self.path / "tree_cache.npz"
+        return self.path / CACHE_FILE
 
     @property
     def finite(self) -> bool:

@@ -25,10 +25,12 @@ from srt_agent.chat.template import ChatFormat
 from srt_agent.config import RunConfig
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
+from srt_agent.distributed.ray_engine import RayEngine
 from srt_agent.evaluation import EvalReport, run_eval
 from srt_agent.rollout.config import EpisodeRequest
 from srt_agent.rollout.scheduler import ProgressCallback, RolloutScheduler, run_with_env_threads
 from srt_agent.runtime import Runtime, build_runtime
+from srt_agent.train.checkpoint import CACHE_FILE
 from srt_agent.tree_cache import TreeCache
 
 log = logging.getLogger("srt_agent.train")
@@ -103,6 +105,16 @@ class Rollouts:
             ray=cfg.ray if cfg.trainer.backend == "ray" else None,
             replica_caches=replica_caches,
         )
+
+    def save_caches(self, directory: Path) -> None:
+        """Write the run's tree caches into a checkpoint ``directory``.
+
+        The driver's cache (:data:`CACHE_FILE`; empty on Ray, where the driver drafts nothing),
+        and on Ray each replica's own cache and the routes (:meth:`RayEngine.save_caches`).
+        """
+        self.cache.save(directory / CACHE_FILE)
+        if isinstance(self.engine, RayEngine):
+            self.engine.save_caches(directory)
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load the policy's new weights into the SRT engine (the baseline engine gets them lazily)."""

@@ -36,7 +36,6 @@ from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
-from srt_agent.distributed.ray_engine import RayEngine
 from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.train.checkpoint import (
     Checkpoint,
@@ -242,9 +241,7 @@ class Trainer:
             optim = {"optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict()}
             torch.save(optim, path / "optimizer.pt")
             torch.save(rng_state(), path / "rng.pt")
-            self.rollouts.cache.save(path / "tree_cache.npz")  # on Ray: empty (the driver drafts nothing)
-            if isinstance(self.rollouts.engine, RayEngine):
-                self.rollouts.engine.save_caches(path)
+            self.rollouts.save_caches(path)
             (path / CONFIG_FILE).write_text(self.cfg.to_yaml())
 
         state = dataclasses.asdict(self.state)
