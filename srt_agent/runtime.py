@@ -99,8 +99,9 @@ def build_runtime(
         rollout: The scheduler's options; ``max_concurrent`` is also the engine's batch size.
         draft_source: What to speculate from (a :class:`TreeCache`, usually); ``None``: no drafts.
         spec: Speculation options (default: :class:`SpecConfig` ()); ignored without a draft source.
-        run_ahead: Run-ahead options; ``None`` or not ``enabled``: no run-ahead queue. Needs a
-            draft source (run-ahead output only feeds it).
+        run_ahead: Run-ahead options; ``None`` or not ``enabled``: no run-ahead queue; ``auto``:
+            on unless the engine runs on a CPU. Needs a draft source (run-ahead output only
+            feeds it; ``auto`` without one is off).
         fmt: The model's chat format; loaded from ``model_dir`` when ``None``.
         device: Where the engine runs.
         seed: The engine's generator seed (for requests without their own).
@@ -126,7 +127,8 @@ def build_runtime(
         srt_agent.engine.CheckpointError: ``model_dir`` is not a loadable model.
     """
     fmt = fmt or ChatFormat.from_pretrained(model_dir)
-    ahead = run_ahead if run_ahead is not None and run_ahead.enabled else None
+    # "auto" is resolved by the scheduler, which knows the engine's device.
+    ahead = run_ahead if run_ahead is not None and run_ahead.enabled is not False else None
     if engine is not None and engine.kind == "sglang":
         if spec is not None and any(
             getattr(spec, f) != getattr(_DEFAULT_SPEC, f) for f in SpecConfig.model_fields
@@ -154,7 +156,9 @@ def build_runtime(
             saved_caches=replica_caches,
         )
     if ahead is not None and draft_source is None:
-        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+        if ahead.enabled is True:
+            raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+        ahead = None
     local = build_engine(
         model_dir,
         max_batch_size=rollout.max_concurrent,
@@ -240,7 +244,9 @@ def _on_ray(
             configure_logging=False,
         )
     if runahead is not None and cache is None:
-        raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+        if runahead.enabled is True:
+            raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+        runahead = None
     engine = RayEngine(
         model_dir,
         config,

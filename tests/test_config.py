@@ -35,7 +35,7 @@ def test_shipped_configs_load(name: str) -> None:
 
 def test_quickstart_is_grpo_with_srt_on_and_fits_one_screen() -> None:
     cfg = load_config(QUICKSTART)
-    assert (cfg.algo.estimator, cfg.spec.enabled, cfg.spec.run_ahead.enabled) == ("grpo", True, True)
+    assert (cfg.algo.estimator, cfg.spec.enabled, cfg.spec.run_ahead.enabled) == ("grpo", True, "auto")
     assert cfg.model.dir == Path("runs/tool-choice-model") and cfg.model.build_if_missing
     assert cfg.model.build_preset == "tool-choice"
     assert cfg.algo.clip_high == 0.28 and cfg.rollout.n == 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from chat_fixtures import save_tiny_llama
 from scripted_engine import ScriptedEngine
 from test_rollout_support import tiny_format, turn_of
@@ -80,7 +81,7 @@ def test_known_tool_result_runs_ahead_of_the_exact_post_tool_state() -> None:
     specs = [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)]
     config = RolloutConfig(max_concurrent=1)  # trial 0 (whose call fills the memo) ends before trial 1
     engine = _calculator_engine()
-    scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig())
+    scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig(enabled=True))
     batch = rollout_sync(scheduler, specs)
     ahead = [c.request for c in engine.calls if c.request.priority == "runahead"]
     live = {c.request.request_id: c.request for c in engine.calls if c.request.priority == "live"}
@@ -113,7 +114,9 @@ def test_the_live_request_of_the_state_cancels_a_run_ahead_still_running() -> No
 
     # The run-ahead takes 10 s, the instant tool returns first: the live request cancels it.
     engine = ScriptedEngine(fmt, respond, delay_s=lambda req: 10.0 if req.priority == "runahead" else 0.0)
-    scheduler = RolloutScheduler(engine, fmt, RolloutConfig(max_concurrent=1), runahead=RunAheadConfig())
+    scheduler = RolloutScheduler(
+        engine, fmt, RolloutConfig(max_concurrent=1), runahead=RunAheadConfig(enabled=True)
+    )
     batch = rollout_sync(scheduler, specs)
     stats = batch.metrics.runahead
     assert (stats.predicted, stats.prediction_hits, stats.started, stats.cancelled) == (1, 1, 1, 1)
@@ -128,7 +131,7 @@ def test_announced_prompts_give_the_later_live_request_exact_run_ahead_drafts(mo
     with TorchEngine(
         model_dir, max_batch_size=4, draft_source=cache, spec=SpecConfig(adaptive=False, runahead_slowdown=10)
     ) as engine:
-        scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig())
+        scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig(enabled=True))
         assert scheduler.announce(announced) == 2
         # The batch before the announced one: one episode of three turns, while rows are free.
         first = rollout_sync(scheduler, [EpisodeRequest(GUESS, seed=0, env_options={"max_turns": 3})])
@@ -150,7 +153,7 @@ def test_live_requests_preempt_run_ahead_and_trajectories_are_unchanged(model_di
     live = [EpisodeRequest(GUESS, seed=s, env_options={"max_turns": 4}) for s in (0, 1)]
     # Run-ahead is told the engine has 6 rows, but it has 2: live requests must take rows back.
     # 24 jobs keep it busy for the whole batch, so every live turn finds run-ahead rows.
-    ahead = RunAheadConfig(capacity=6, max_in_flight=4, announce_samples=4)
+    ahead = RunAheadConfig(enabled=True, capacity=6, max_in_flight=4, announce_samples=4)
     with TorchEngine(model_dir, max_batch_size=2, draft_source=TreeCache()) as engine:
         scheduler = RolloutScheduler(engine, fmt, config, runahead=ahead)
         scheduler.announce([EpisodeRequest(GUESS, seed=s) for s in range(10, 16)])
@@ -167,3 +170,16 @@ def test_no_runahead_without_config_and_announce_is_a_no_op() -> None:
     assert scheduler.runahead is None and scheduler.announce([EpisodeRequest(CALC, seed=0)]) == 0
     batch = rollout_sync(scheduler, [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)])
     assert batch.metrics.runahead.started == 0 and batch.metrics.episodes == 2
+
+
+def test_auto_runs_ahead_on_a_gpu_engine_or_a_server_and_not_on_a_cpu_engine() -> None:
+    # Measured on 2 cores: the rows run-ahead fills make every batched forward dearer there.
+    auto = RunAheadConfig()
+    assert auto.enabled == "auto"
+    assert not auto.runs_on_device("cpu") and not auto.runs_on_device(torch.device("cpu"))
+    assert auto.runs_on_device("cuda:0") and auto.runs_on_device(None)
+    assert RunAheadConfig(enabled=True).runs_on_device("cpu")
+    assert not RunAheadConfig(enabled=False).runs_on_device("cuda")
+    from srt_agent.config.sections import SpecSection
+
+    assert SpecSection.model_validate({"run_ahead": "auto"}).run_ahead == auto

@@ -19,14 +19,14 @@ from srt_agent.tree_cache import TreeCache
 def test_runtime_wires_the_cache_and_run_ahead_and_rolls_out(tmp_path: Path) -> None:
     model = save_tiny_llama(tmp_path / "m")
     with pytest.raises(ValueError, match="run-ahead only feeds a draft source"):
-        build_runtime(model, RolloutConfig(), run_ahead=RunAheadConfig(), fmt=tiny_format())
+        build_runtime(model, RolloutConfig(), run_ahead=RunAheadConfig(enabled=True), fmt=tiny_format())
     cache = TreeCache()
     rollout = RolloutConfig(max_concurrent=4, max_new_tokens=8)
     with build_runtime(
         model,
         rollout,
         draft_source=cache,
-        run_ahead=RunAheadConfig(),
+        run_ahead=RunAheadConfig(enabled=True),
         fmt=tiny_format(),
         spec=SpecConfig(runahead_slowdown=10),  # the wiring, not the ledger: run-ahead always admitted
     ) as rt:
@@ -39,3 +39,10 @@ def test_runtime_wires_the_cache_and_run_ahead_and_rolls_out(tmp_path: Path) -> 
     assert batch.metrics.spec.runahead_tokens > 0
     with build_runtime(model, rollout, fmt=tiny_format()) as plain:
         assert plain.cache is None and plain.scheduler.runahead is None
+    # The default ("auto") does not run ahead on a CPU engine, and without a draft source it is off.
+    with build_runtime(
+        model, rollout, draft_source=TreeCache(), run_ahead=RunAheadConfig(), fmt=tiny_format()
+    ) as cpu:
+        assert cpu.scheduler.runahead is None
+    with build_runtime(model, rollout, run_ahead=RunAheadConfig(), fmt=tiny_format()) as none:
+        assert none.scheduler.runahead is None

@@ -31,7 +31,7 @@ from srt_agent.tree_cache.options import TreeCacheConfig
 SPEC = {
     "max_draft_tokens": 3,
     "cache": {"byte_budget": 3_000_000, "backoff_window": 1},
-    "run_ahead": {"max_in_flight": 5},
+    "run_ahead": {"enabled": True, "max_in_flight": 5},
 }
 
 

@@ -41,7 +41,7 @@ def tiny_settings(model_dir: Path, out_dir: Path, **sections: dict[str, Any]) ->
         "model": {"dir": str(model_dir), "build_if_missing": False},
         "env": {"id": "srt/Calculator-v0", "max_turns": 2, "eval_seeds": {"start": 0, "stop": 100}},
         "rollout": {"prompts_per_step": 2, "n": 2, "max_new_tokens": 8, "max_concurrent": 8},
-        "spec": {"max_draft_tokens": 4, "cache": {"byte_budget": 4_000_000}},
+        "spec": {"max_draft_tokens": 4, "cache": {"byte_budget": 4_000_000}, "run_ahead": {"enabled": True}},
         "algo": {"estimator": "grpo"},
         "optim": {"lr": 1e-2, "micro_batch_tokens": 1024},
         "trainer": {

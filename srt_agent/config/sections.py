@@ -152,7 +152,7 @@ class SpecSection(SpecConfig):
     run_ahead: RunAheadConfig = Field(
         default_factory=RunAheadConfig,
         description="Fill idle batch rows (episodes waiting on tools) with work that only feeds the cache "
-        "(`true`/`false` is short for `{enabled: ...}`).",
+        "(`true`/`false`/`auto` is short for `{enabled: ...}`; auto: off on a CPU engine).",
     )
     cache: TreeCacheConfig = Field(
         default_factory=TreeCacheConfig, description="The tree cache (`cache.byte_budget` bounds its memory)."
@@ -161,4 +161,4 @@ class SpecSection(SpecConfig):
     @field_validator("run_ahead", mode="before")
     @classmethod
     def _run_ahead_shorthand(cls, value: Any) -> Any:
-        return {"enabled": value} if isinstance(value, bool) else value
+        return {"enabled": value} if isinstance(value, bool) or value == "auto" else value

@@ -62,7 +62,7 @@ def load_spec(path: str | Path | None, overrides: Sequence[str] = (), *, server:
     raw = read_yaml(path) if path is not None else {}
     source = describe_source([] if path is None else [path], overrides)
     spec = validate_run_config(apply_overrides(as_run_config(raw), overrides), source).spec
-    if server and "run_ahead" in raw and spec.run_ahead.enabled:  # a bare spec section's own key
+    if server and "run_ahead" in raw and spec.run_ahead.enabled is True:  # a bare spec section's own key
         raise ConfigError(
             [
                 f"spec.run_ahead = {shown(raw['run_ahead'])}: a server has no run-ahead queue (the trainer "

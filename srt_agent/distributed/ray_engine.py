@@ -99,6 +99,8 @@ class RayEngine:
             its history.
     """
 
+    device = "cpu"  # where the replicas run (Ray's local and CPU-only clusters); run-ahead's "auto" reads it
+
     def __init__(
         self,
         model_dir: str | Path,

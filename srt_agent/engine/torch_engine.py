@@ -188,6 +188,7 @@ class TorchEngine:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         device = torch.device(device)
+        self.device = device  # where it runs: run-ahead's "auto" and callers read it
         dtype = dtype if dtype is not None else default_dtype(device)
         self.config: ModelConfig = read_config(model_dir)
         self._max_context = max_context or self.config.max_position_embeddings

@@ -67,7 +67,8 @@ class RolloutScheduler:
         fmt: The chat format of the engine's model (tokenizer and template).
         config: Limits and sampling options; defaults to ``RolloutConfig()``.
         progress: Called with each finished trajectory (e.g. a :class:`RolloutProgress`).
-        runahead: Run-ahead options; ``None`` (the default) or ``enabled=False``: no run-ahead.
+        runahead: Run-ahead options; ``None`` (the default), or off for this engine
+            (:meth:`RunAheadConfig.runs_on`): no run-ahead.
         env_factory: Makes each episode's env (default: in this process).
     """
 
@@ -88,7 +89,7 @@ class RolloutScheduler:
         self.progress = progress
         self.runahead = (
             RunAhead(engine, fmt, self.config, runahead)
-            if runahead is not None and runahead.enabled
+            if runahead is not None and runahead.runs_on(engine)
             else None
         )
         self.last_metrics: RolloutMetrics | None = None

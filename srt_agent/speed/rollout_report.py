@@ -42,7 +42,9 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     Ratios are "speed relative to SRT off": ``off`` wall-clock / the configuration's wall-clock on the
     same rounds (> 1 is faster). Keys:
 
-    * ``srt_speedup``: SRT with run-ahead vs off, all rounds; ``srt_no_runahead_speedup``: without.
+    * ``srt_speedup``: SRT as configured (``spec.run_ahead``, by default ``auto``: on a GPU only)
+      vs off, all rounds; ``srt_runs_ahead``: 1 if that configuration ran ahead, else 0;
+      ``srt_runahead_speedup`` / ``srt_no_runahead_speedup``: run-ahead forced on / off.
     * ``srt_speedup_last_round``: the same on the last round only (the cache is warmest).
     * ``srt_speedup_<env>`` (e.g. ``srt_speedup_calculator``): per env, all rounds;
       ``srt_speedup_ceiling_<env>``: the most drafting could give that env (off's wall-clock over
@@ -135,6 +137,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
         out.update(
             srt_speedup=_ratio(off["wall_s"], srt["wall_s"]),
             srt_speedup_last_round=_ratio(last_off, last_srt),
+            srt_runs_ahead=int(config.run_ahead(force=False).runs_on_device(config.device)),
             srt_forward_ratio=_ratio(off["target_forwards"], srt["target_forwards"]),
             tokens_per_forward=round(srt["tokens_per_forward"], 3),
             acceptance_rate=round(srt["acceptance_rate"], 4),
@@ -158,6 +161,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     if "eager" in tot:
         out["graphs_speedup"] = _ratio(tot["eager"]["wall_s"], off["wall_s"])
         out["graphs_throughput_ratio"] = _ratio(_seconds_per_token(tot["eager"]), _seconds_per_token(off))
+    if "srt_runahead" in tot:
+        out["srt_runahead_speedup"] = _ratio(off["wall_s"], tot["srt_runahead"]["wall_s"])
     if "srt_no_runahead" in tot:
         out["srt_no_runahead_speedup"] = _ratio(off["wall_s"], tot["srt_no_runahead"]["wall_s"])
     if "useless" in tot:

@@ -16,8 +16,9 @@ rotating each round), so that load on a shared machine hits them alike:
 * ``off``: TorchEngine without a draft source (plain decoding; the reference of every ratio);
 * ``eager``: ``off`` in float32 without CUDA graphs: the engine as it ran before static steps (on a
   CPU it is ``off`` again, so its ratio reads ~1);
-* ``srt``: TorchEngine + TreeCache + run-ahead (announced next-round prompts, known tool results);
-* ``srt_no_runahead``: the same without run-ahead;
+* ``srt``: TorchEngine + TreeCache as a run config gets them by default (run-ahead of announced
+  next-round prompts and known tool results by ``spec.run_ahead``: ``auto``, on a GPU only);
+* ``srt_runahead`` / ``srt_no_runahead``: the same with run-ahead forced on / off;
 * ``useless``: TorchEngine speculating from random drafts (the cache's content disabled);
 * ``cache_only``: TorchEngine + TreeCache with speculation off: the cache takes every committed
   token and is never asked for a draft, so its ratio is the cost of the cache's upkeep alone;
@@ -63,6 +64,7 @@ CONFIGS = (
     "off",
     "eager",
     "srt",
+    "srt_runahead",
     "srt_no_runahead",
     "useless",
     "cache_only",
@@ -181,10 +183,10 @@ class RolloutBenchConfig:
         # The section itself travels (a SpecSection is a SpecConfig): no round trip through dicts.
         return cache, SpecSection.model_validate({**base.model_dump(), **limits}) if limits else base
 
-    def run_ahead(self) -> RunAheadConfig:
-        """The run-ahead settings of the configurations that run ahead (``spec_options``'s, on)."""
+    def run_ahead(self, *, force: bool = True) -> RunAheadConfig:
+        """The run-ahead settings of a configuration: ``spec_options``'s, forced on unless not ``force``."""
         base = self.spec_options.run_ahead if self.spec_options is not None else RunAheadConfig()
-        return base.model_copy(update={"enabled": True})
+        return base.model_copy(update={"enabled": True}) if force else base
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,9 @@ def _make_arm(name: str, config: RolloutBenchConfig, fmt: ChatFormat) -> _Arm:
             rollout,
             draft_source=source,
             spec=spec,
-            run_ahead=config.run_ahead() if name in ("srt", "latency_srt") else None,
+            run_ahead=config.run_ahead(force=name != "srt")
+            if name in ("srt", "srt_runahead", "latency_srt")
+            else None,
             fmt=fmt,
             device=config.device,
             dtype=torch.float32 if name == "eager" else DTYPES[config.dtype],

@@ -134,7 +134,7 @@ class Rollouts:
         Args:
             specs: This step's episodes.
             announce: The next step's episodes; passed to the scheduler's ``announce`` when
-                ``spec.run_ahead.enabled`` (their output only feeds the tree cache).
+                run-ahead is on for this engine (their output only feeds the tree cache).
             progress: Called with each finished trajectory.
 
         Returns:
@@ -142,7 +142,7 @@ class Rollouts:
         """
         self.engine.spec_stats(reset=True)  # count this call only (evaluations ran in between)
         self.scheduler.progress = progress
-        ahead = announce if self.cfg.spec.run_ahead.enabled else ()
+        ahead = announce if self.scheduler.runahead is not None else ()
         t0 = time.perf_counter()
         trajectories = run_with_env_threads(
             self._announce_and_run(specs, ahead), self.cfg.rollout.max_concurrent
