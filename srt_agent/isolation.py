@@ -24,6 +24,7 @@ import importlib
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -36,7 +37,11 @@ from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
 __all__ = [
     "CallTimeout",
     "RemoteError",
+    "Worker",
+    "WorkerDied",
     "await_in_thread",
+    "describe_exit",
+    "remote_error",
     "run_in_process",
     "run_in_thread",
     "shutdown_workers",
@@ -49,7 +54,33 @@ class CallTimeout(SrtAgentError, TimeoutError):
 
 
 class RemoteError(SrtAgentError, RuntimeError):
-    """The code raised in its process, or the process died; the message describes what happened."""
+    """The code raised in its process, or the process died; the message describes what happened.
+
+    Attributes:
+        original: What the code raised, when it could be sent back (``None``: the process died, or
+            the exception does not pickle).
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
+
+
+class WorkerDied(RemoteError):
+    """The worker process ended during a call: a crash (a signal), an exit, or a kill."""
+
+
+def describe_exit(code: int | None) -> str:
+    """How a process ended, for a person: ``"killed by signal 11 (SIGSEGV)"`` or ``"exit code 3"``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exit code {code}"
 
 
 def stop_thread(thread: threading.Thread) -> None:
@@ -172,7 +203,10 @@ def _read_frame(fd: int) -> bytes:
 
 
 def _worker_main() -> None:
-    """A worker's loop: read a pickled call, run it, reply ``("ok", value)`` or ``("error", text)``.
+    """A worker's loop: read a pickled call, run it, reply ``("ok", value)`` or ``("error", (text, exc))``.
+
+    ``exc`` is what the call raised when it pickles (so the caller can raise the same type), else
+    ``None``.
 
     Frames go over a private copy of stdout; fd 1 then points at stderr, so what the code prints
     cannot corrupt a reply.
@@ -193,16 +227,50 @@ def _worker_main() -> None:
             else:
                 reply = ("ok", body())
         except FAULTS as exc:
-            reply = ("error", describe_fault(exc))
+            reply = ("error", (describe_fault(exc), _pickled_or_none(exc)))
         try:
             payload = pickle.dumps(reply)
-        except FAULTS as exc:  # the value cannot be pickled: say so instead
-            payload = pickle.dumps(("error", f"the result could not be sent back: {describe_fault(exc)}"))
+        except FAULTS as exc:  # the value (or the exception) cannot be pickled: say so instead
+            text = f"the result could not be sent back: {describe_fault(exc)}"
+            payload = pickle.dumps(("error", (text, None)))
         _write_frame(replies, payload)
 
 
-class _Worker:
-    """One worker process and its pipes."""
+def _pickled_or_none(exc: BaseException) -> bytes | None:
+    """``exc`` pickled, or ``None`` if it does not pickle (then only its text travels)."""
+    try:
+        return pickle.dumps(exc)
+    except FAULTS:
+        return None
+
+
+def _unpickled_or_none(data: bytes | None) -> BaseException | None:
+    """The exception a worker sent, or ``None`` if this process cannot rebuild it.
+
+    It cannot when its class is not importable here, or its constructor takes other arguments than
+    its ``args``.
+    """
+    if data is None:
+        return None
+    try:
+        exc = pickle.loads(data)
+    except FAULTS:
+        return None
+    return exc if isinstance(exc, BaseException) else None
+
+
+def remote_error(payload: tuple[str, bytes | None]) -> RemoteError:
+    """The :class:`RemoteError` of an ``("error", payload)`` reply, carrying the original if it rebuilds."""
+    text, data = payload
+    return RemoteError(text, _unpickled_or_none(data))
+
+
+class Worker:
+    """One worker process and its pipes.
+
+    :func:`run_in_process` uses them for one call at a time; the env processes
+    (:mod:`srt_agent.rollout.env_processes`) keep one env in a worker between calls.
+    """
 
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -222,16 +290,22 @@ class _Worker:
         if missing:
             status, payload = self.call(pickle.dumps(("import", missing)), _IMPORT_TIMEOUT_S)
             if status != "ok":
-                raise RemoteError(f"the worker could not import {', '.join(missing)}: {payload}")
+                raise RemoteError(f"the worker could not import {', '.join(missing)}: {payload[0]}")
             self.imported.update(missing)
 
     def call(self, request: bytes, timeout: float | None) -> tuple[str, Any]:
+        """Send one pickled request; its ``(status, payload)`` reply.
+
+        Raises:
+            CallTimeout: No reply within ``timeout`` (the caller kills the worker).
+            WorkerDied: The process ended (the message says how: a signal, an exit code).
+        """
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.calls += 1
         try:
             _write_frame(self.proc.stdin.fileno(), request)
         except OSError:
-            raise RemoteError(f"its process died (exit code {self.proc.poll()})") from None
+            raise WorkerDied(f"its process died ({describe_exit(self._exit_code())})") from None
         out = self.proc.stdout.fileno()
         ready, _, _ = select.select([out], [], [], timeout)
         if not ready:
@@ -239,10 +313,18 @@ class _Worker:
         try:
             status, payload = pickle.loads(_read_frame(out))
         except (EOFError, OSError, pickle.UnpicklingError):
-            raise RemoteError(f"its process died (exit code {self.proc.wait(5)})") from None
+            raise WorkerDied(f"its process died ({describe_exit(self._exit_code())})") from None
         return status, payload
 
+    def _exit_code(self) -> int | None:
+        try:
+            return self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # the pipe broke but the process lives on: end it
+            self.proc.kill()
+            return self.proc.wait()
+
     def kill(self) -> None:
+        """End the process (if alive), reap it and close its pipes."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -251,7 +333,7 @@ class _Worker:
                 pipe.close()
 
 
-_idle: list[_Worker] = []
+_idle: list[Worker] = []
 _idle_lock = threading.Lock()
 
 
@@ -275,7 +357,7 @@ def run_in_process(fn: Callable[[], Any], timeout: float | None, *, imports: tup
         raise RemoteError(f"cannot run in a process: {describe_fault(exc)}") from None
     with _idle_lock:
         worker = _idle.pop() if _idle else None
-    worker = worker or _Worker()
+    worker = worker or Worker()
     healthy = False
     try:
         worker.prepare(imports)
@@ -289,7 +371,7 @@ def run_in_process(fn: Callable[[], Any], timeout: float | None, *, imports: tup
         if not keep:
             worker.kill()
     if status != "ok":
-        raise RemoteError(payload)
+        raise remote_error(payload)
     return payload
 
 

@@ -62,7 +62,8 @@ class Runtime:
         return self.draft_source if isinstance(self.draft_source, TreeCache) else None
 
     def close(self) -> None:
-        """Stop the engine (its worker thread, or its replicas) and the env workers."""
+        """Stop the engine (its worker thread, or its replicas), the env workers and env processes."""
+        self.scheduler.close()
         self.engine.close()
         if self.env_pool is not None:
             self.env_pool.close()
@@ -91,6 +92,7 @@ def build_runtime(
     dtype: torch.dtype | None = None,
     cuda_graphs: bool | None = None,
     replica_caches: Path | None = None,
+    prefix_cache_bytes: int | None = None,
 ) -> Runtime:
     """Load the model into a :class:`~srt_agent.engine.torch_engine.TorchEngine` (or a server's client).
 
@@ -119,6 +121,8 @@ def build_runtime(
         cuda_graphs: The in-process engine's CUDA graphs (default: on a GPU).
         replica_caches: On Ray, a checkpoint directory whose replica tree caches (and routes) the
             replicas start from.
+        prefix_cache_bytes: The in-process engine's budget for parked keys/values (default: the
+            engine's, 256 MB).
 
     Raises:
         ValueError: Run-ahead asked for without a draft source, or (on Ray) a draft source that
@@ -170,6 +174,7 @@ def build_runtime(
         dtype=dtype,
         cuda_graphs=cuda_graphs,
         tokenizer=fmt.tokenizer,  # the chat format's: loaded once per run
+        prefix_cache_bytes=prefix_cache_bytes,
     )
     if local.graphs is not None:
         # Capture every step shape of the rollout's sampling now, not inside its first batches.
@@ -193,13 +198,14 @@ def build_engine(
     dtype: torch.dtype | None = None,
     cuda_graphs: bool | None = None,
     tokenizer: Detokenizer | None = None,
+    prefix_cache_bytes: int | None = None,
 ) -> TorchEngine:
     """The in-process engine alone (without a scheduler); see :func:`build_runtime`.
 
     ``tokenizer``: for stop strings (default: loaded from ``model_dir``; a run passes its chat
     format's, so the tokenizer is loaded once).
     """
-    from srt_agent.engine.torch_engine import TorchEngine  # torch: only when an engine is built
+    from srt_agent.engine.torch_engine import PREFIX_CACHE_BYTES, TorchEngine  # torch: only when built
 
     return TorchEngine(
         model_dir,
@@ -212,6 +218,7 @@ def build_engine(
         dtype=dtype,
         cuda_graphs=cuda_graphs,
         tokenizer=tokenizer,
+        prefix_cache_bytes=PREFIX_CACHE_BYTES if prefix_cache_bytes is None else prefix_cache_bytes,
     )
 
 

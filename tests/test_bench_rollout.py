@@ -122,7 +122,7 @@ def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
 
     Run-ahead takes every free row (on a CPU the engine's ledger would soon stop it: its rows cost).
     """
-    free_rows = SpecSection(runahead_slowdown=10)
+    free_rows = SpecSection.model_validate({"runahead_slowdown": 10, "run_ahead": True})  # on, on a CPU too
     config = tiny(model_dir, configs=("srt",), rounds=3, temperature=0.0, spec_options=free_rows)
     results = run_rollout_bench(config)
     tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}

@@ -94,3 +94,29 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PYTHONPATH", str(EXAMPLES))
     with pytest.raises(ForeignEnvError, match=r"exited with code 1: .*this server refuses to start"):
         make("openenv:oe_broken:app")
+
+
+def test_the_servers_capacity_refusal_is_recognised_by_the_clients_own_error() -> None:
+    """The retry rule against the pinned openenv-core's real refusal, not a message written here."""
+    import openenv.core as core
+
+    from srt_agent.integrations.ecosystems.openenv_env import _server, server_busy
+
+    url = _server("oe_envs:guess_app", 120).url
+    clients, refused = [], None
+    try:
+        for _ in range(12):  # the app admits 8 sessions
+            client = core.GenericEnvClient(base_url=url).sync()
+            try:
+                client.__enter__()
+                clients.append(client)
+                client.reset(seed=0)
+            except Exception as exc:  # noqa: BLE001 - the refusal, whatever type openenv-core gives it
+                refused = exc
+                break
+    finally:
+        for client in clients:
+            client.__exit__(None, None, None)
+    assert refused is not None and server_busy(refused), repr(refused)
+    assert not server_busy(RuntimeError("Server error: boom (code: EXECUTION_ERROR)"))
+    assert not server_busy(ValueError("CAPACITY_REACHED"))  # the code, from the client's error type only

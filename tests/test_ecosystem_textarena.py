@@ -79,3 +79,44 @@ def test_multi_player_games_and_unknown_ids_are_clear_errors() -> None:
         env.reset(seed=0)
     with pytest.raises(UnknownEnvError, match="Did you mean GuessTheNumber-v0"):
         validate_env_options("textarena:GuessTheNumbr-v0")
+
+
+def test_a_reset_that_hangs_does_not_hold_up_the_other_games(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TextArena resets share a process-wide lock (the global ``random``); a hung one loses it after
+    ``call_timeout_s``, so the other episodes wait at most that, and the hung one fails at its deadline."""
+    import time
+
+    from srt_agent.integrations.ecosystems import textarena_env
+    from srt_agent.rollout import EpisodeRequest, RolloutConfig, run_rollouts
+
+    real = textarena_env._base_and_actions
+
+    def hanging(env: object, ta: object) -> object:
+        game = real(env, ta)
+        reset = game.reset
+
+        def maybe_hang(num_players: int, seed: int | None = None) -> object:
+            if seed == 666:
+                time.sleep(20)
+            return reset(num_players=num_players, seed=seed)
+
+        game.reset = maybe_hang
+        return game
+
+    monkeypatch.setattr(textarena_env, "_base_and_actions", hanging)
+    fmt = tiny_format()
+    game = "GuessTheNumber-v0"
+    by_task = {f"textarena/{game}/{seed}": BinarySearch() for seed in range(6)}
+    engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)  # type: ignore[arg-type]
+    options = {"call_timeout_s": 1.0}
+    hung = [EpisodeRequest(f"textarena:{game}", seed=666, episode_id="hung", env_options=options)]
+    others = [EpisodeRequest(f"textarena:{game}", seed=s, env_options=options) for s in range(6)]
+    config = RolloutConfig(max_concurrent=8, max_new_tokens=4096, env_setup_timeout_s=3.0)
+    t0 = time.perf_counter()
+    by_id = {t.episode_id: t for t in run_rollouts(engine, fmt, hung + others, config=config)}
+    wall = time.perf_counter() - t0
+    assert by_id["hung"].status == "failed" and "env reset did not return within 3 s" in by_id["hung"].reason
+    assert all(by_id[s.episode_id].success for s in others)
+    # The others waited for the lock at most its 1 s, not the 20 s hang; the run ends at the hung deadline.
+    assert wall < 3.0 + 2.0, wall
+    assert max(by_id[s.episode_id].setup_s for s in others) < 1.0 + 1.0

@@ -16,7 +16,9 @@ from srt_agent.cli import app
 from srt_agent.env.registration import UnknownEnvError, check_env_id, env_prefixes
 from srt_agent.integrations.ecosystems import _ALIASES, ECOSYSTEMS, ecosystem
 from srt_agent.integrations.ecosystems.foreign import (
+    ForeignCallTimeout,
     ForeignEnvError,
+    HeldLock,
     LoopThread,
     MissingResourceError,
     foreign_reward,
@@ -90,6 +92,9 @@ def test_coroutines_run_from_sync_code_with_or_without_a_running_loop() -> None:
         assert loop.run(two()) == 2
         with pytest.raises(KeyError):
             loop.run(_raise())  # the coroutine's exception comes back to the caller
+        with pytest.raises(ForeignCallTimeout, match=r"did not finish within 0\.2 s"):
+            loop.run(asyncio.sleep(30), timeout=0.2)  # a hung coroutine is cancelled at its deadline
+        assert loop.run(two(), timeout=1) == 2  # and the loop serves the next call
     finally:
         loop.close()
     loop.close()  # idempotent
@@ -97,6 +102,42 @@ def test_coroutines_run_from_sync_code_with_or_without_a_running_loop() -> None:
 
 async def _raise() -> None:
     raise KeyError("x")
+
+
+def test_a_held_lock_passes_over_a_holder_that_hangs() -> None:
+    import threading
+    import time
+
+    lock = HeldLock(hold_s=0.3)
+    release = threading.Event()
+
+    def hang() -> None:
+        with lock.held():
+            release.wait(10)
+
+    hung = threading.Thread(target=hang, daemon=True)
+    hung.start()
+    time.sleep(0.05)
+    t0 = time.perf_counter()
+    with lock.held():  # waits out the 0.3 s the holder may keep it, not the hang
+        waited = time.perf_counter() - t0
+    assert 0.2 < waited < 1.0 and lock.passed_over == 1
+    release.set()
+    hung.join(2)
+    t0 = time.perf_counter()
+    order: list[int] = []
+
+    def short(i: int) -> None:
+        with lock.held():
+            order.append(i)
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=short, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(order) == [0, 1, 2] and lock.passed_over == 1  # quick holders are waited for
 
 
 def test_envs_lists_the_ecosystems() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from srt_agent.chat.messages import user
+from srt_agent.chat.messages import assistant, user
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.evaluation import EVAL_SEED_END, EvalReport, eval_episodes, pass_hat_k, summarize
 from srt_agent.rollout import Trajectory, TurnRecord
@@ -62,7 +62,9 @@ def traj(
         ),
         total_reward=float(success), success=success, terminated=status == "ok",
         truncated=status == "truncated", status=status, reason=reason,  # type: ignore[arg-type]
-        tool_calls=2, tool_errors=1, messages=(user("q"),), generation_s=0.5, env_s=0.25,
+        tool_calls=2, tool_errors=1, generation_s=0.5, env_s=0.25,
+        messages=(user("q"), assistant('<tool_call>{"name": "calculator", "arguments": {}}</tool_call>'),
+                  assistant("2" if success else '<tool_call>{"name": calc</tool_call>')),
         final_info={"task_kind": kind} if kind else {},
     )  # fmt: skip
 
@@ -88,6 +90,8 @@ def test_summary_counts_figures_over_all_episodes() -> None:
     assert (r.tokens_generated, r.forward_passes, r.tool_calls, r.tool_errors) == (18, 12, 12, 6)
     assert r.mean_turns == 2 and r.tokens_per_s == 9.0 and r.tokens_per_forward == 1.5
     assert r.generation_s == 3.0 and r.env_s == 1.5 and len(r.trajectories) == 6
+    # Each unsolved episode's last turn is a call block that does not decode.
+    assert (r.garbled_turns, r.assistant_turns) == (3, 12) and r.flat()["garbled_turn_rate"] == 0.25
     with pytest.raises(ValueError, match="pass\\^2 needs at least 2"):
         summarize([traj(0, 0, success=T)], k=2, model="m", temperature=1.0, seed=0, wall_s=1.0)
 
@@ -102,7 +106,8 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
         "env_id", "model", "tasks", "k", "episodes", "temperature", "seed", "first_env_seed",
         "success_rate", "pass_hat_k", "pass_hat_1", "pass_hat_2", "mean_reward", "mean_turns",
         "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
-        "tool_calls", "tool_errors", "mean_tool_calls", "ok", "truncated", "failed", "wall_s",
+        "tool_calls", "tool_errors", "mean_tool_calls", "garbled_turns", "garbled_turn_rate", "ok",
+        "truncated", "failed", "wall_s",
         "generation_s", "env_s", "tokens_per_s", "schema", "ending_terminated", "ending_env_truncated",
         "ending_env_raised_valueerror",
     }  # fmt: skip

@@ -79,7 +79,7 @@ def run_soak(specs: list[EpisodeRequest]) -> Soak:
     for base in BASES:
         by_task.update(oracles(f"srt/{base}-v0", range(episodes)))
     engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)
-    config = RolloutConfig(max_concurrent=32, env_timeout_s=1.0)
+    config = RolloutConfig(max_concurrent=32, env_step_timeout_s=1.0, env_setup_timeout_s=1.0)
     clean_specs = [replace(s, env_options={"fault": ""}) for s in specs]
     rss0 = _rss_mb()
     clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
@@ -167,7 +167,7 @@ def test_the_soak_through_ray_env_workers_survives_a_worker_killed_mid_run() -> 
         by_task.update(oracles(f"srt/{base}-v0", range(len(specs))))
     engine = ScriptedEngine(fmt, oracle_responder(fmt, by_task), max_context=1 << 16)
     # Deadlines leave room for a replacement worker's start-up (it counts against its first make).
-    config = RolloutConfig(max_concurrent=32, env_timeout_s=8.0)
+    config = RolloutConfig(max_concurrent=32, env_step_timeout_s=8.0, env_setup_timeout_s=8.0)
     clean_specs = [replace(s, env_options={"fault": ""}) for s in specs]
     clean = {t.episode_id: t for t in run_rollouts(engine, fmt, clean_specs, config=config)}
     # Workers import the injector by the MODULE:ID syntax, from the driver's sys.path.

@@ -61,13 +61,17 @@ def test_an_env_that_hangs_fails_its_episode_while_the_batch_goes_on() -> None:
         )
         for i, hang in enumerate(["", "reset-sleep", "step-spin", "", "huge-obs"])
     ]
-    config = RolloutConfig(max_concurrent=8, env_timeout_s=0.5, max_observation_chars=1000)
+    config = RolloutConfig(
+        max_concurrent=8, env_step_timeout_s=0.5, env_setup_timeout_s=0.5, max_observation_chars=1000
+    )
     t0 = time.perf_counter()
     by_id = {t.episode_id: t for t in run_rollouts(ScriptedEngine(fmt, _respond), fmt, specs, config=config)}
     assert time.perf_counter() - t0 < 2.5  # not the 3 s sleep, not forever
     assert by_id["ok-0"].status == by_id["ok-3"].status == "ok"
     assert by_id["reset-sleep-1"].status == "failed"
-    assert "env reset did not return within 0.5 s (rollout.env_timeout_s)" in by_id["reset-sleep-1"].reason
+    assert (
+        "env reset did not return within 0.5 s (rollout.env_setup_timeout_s)" in by_id["reset-sleep-1"].reason
+    )
     assert by_id["step-spin-2"].status == "failed"
     assert "env step did not return within 0.5 s" in by_id["step-spin-2"].reason
     opening = by_id["huge-obs-4"].messages[1].content

@@ -1,10 +1,11 @@
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG, format_tool_call, parse_tool_calls
+from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG, format_tool_call, parse_tool_calls, turn_form
 
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True)
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
@@ -104,3 +105,22 @@ def test_stray_close_tag_is_dropped_from_text() -> None:
     assert parsed.calls == () and parsed.errors == ()
     assert parsed.text == "hello  world"
     assert not parsed.has_calls
+
+
+@pytest.mark.parametrize(
+    ("text", "form"),
+    [
+        ('<tool_call>{"name": "find_user", "arguments": {"email": "a@b.c"}}</tool_call>', "tool_call"),
+        ('Let me look.\n<tool_call>{"name": "f", "arguments": {}}</tool_call>', "tool_call"),
+        ('<tool_call>{"name": "f", "arguments": {}}', "tool_call"),  # generation stopped on the tag
+        ("Your order was cancelled.", "text"),
+        ('<tool_call>{"name": "f", "arguments": {"x": </tool_call>', "garbled"),  # does not decode
+        ('</tool_call> {"name": "f"}', "garbled"),  # a stray closing tag
+        ("Sure <tool_call", "garbled"),  # half a tag
+        ("Done.<|im_end|> more", "garbled"),  # a template token written as text
+        ("caf\ufffd", "garbled"),  # undecodable bytes
+        ("   ", "garbled"),  # an empty turn
+    ],
+)
+def test_turn_form_tells_calls_text_and_garbled_turns_apart(text: str, form: str) -> None:
+    assert turn_form(text) == form

@@ -114,6 +114,17 @@ def eval_cmd(
         typer.Option("--config", help=SPEC_FILE_HELP),
     ] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help=ENV_OPTION_HELP)] = None,
+    isolation: Annotated[
+        str | None,
+        typer.Option(
+            help="Where env code runs: thread (this process) or process (worker processes: an env that "
+            "crashes, exits or hangs fails its episode only) [default: the env's registered choice]."
+        ),
+    ] = None,
+    max_failed: Annotated[
+        float,
+        typer.Option(min=0.0, max=1.0, help="Exit 1 when more than this share of episodes failed."),
+    ] = 0.1,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -124,6 +135,8 @@ def eval_cmd(
         # Before the model is looked for: a typo should be the first thing said.
         validate_env_options(env, env_options)
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
+        if isolation not in (None, "thread", "process"):
+            raise ValueError(f"--isolation {isolation!r}: use thread or process")
     except (UnknownEnvError, ValueError) as exc:
         raise exit_with(exc) from None
     model_dir = pick_model_dir(model)
@@ -151,6 +164,8 @@ def eval_cmd(
         ray=ray,
         max_turns=max_turns,
         env_options=env_options or None,
+        isolation=isolation,  # type: ignore[arg-type]  # checked above: thread, process or None
+        max_failed=max_failed,
     )
     if code:
         raise typer.Exit(code)

@@ -86,7 +86,9 @@ class RunConfig(Section):
     def rollout_config(self, seed: int | None = None) -> RolloutConfig:
         """The rollout scheduler's options (``seed`` defaults to ``trainer.seed``)."""
         return self.rollout.to_rollout_config(
-            max_turns=self.env.max_turns, seed=self.trainer.seed if seed is None else seed
+            max_turns=self.env.max_turns,
+            seed=self.trainer.seed if seed is None else seed,
+            isolation=self.env.isolation,
         )
 
     def flat(self) -> dict[str, Any]:

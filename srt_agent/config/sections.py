@@ -89,6 +89,11 @@ class EnvSection(Section):
     max_turns: int | None = Field(
         default=None, ge=1, description="Cap on assistant turns per episode, on top of the env's own limit."
     )
+    isolation: Literal["thread", "process"] | None = Field(
+        default=None,
+        description="Where env code runs: thread (in the trainer's process), process (worker processes: an "
+        "env that crashes, exits or hangs costs its episode only), or unset (the env's registered choice).",
+    )
     train_seeds: TrainSeeds = Field(
         default_factory=TrainSeeds,
         description="Tasks drawn for training. Default: above the eval seeds, below the SFT demonstrations.",
@@ -121,7 +126,11 @@ class RolloutSection(RolloutConfig):
                 "needs the sampling distribution; greedy rollouts are for `srt-agent eval --temperature 0`"
             )
         # Their values here are never used; a written-out config carries the defaults, which pass.
-        for key, where, default in (("max_turns", "env.max_turns", None), ("seed", "trainer.seed", 0)):
+        for key, where, default in (
+            ("max_turns", "env.max_turns", None),
+            ("seed", "trainer.seed", 0),
+            ("env_isolation", "env.isolation", None),
+        ):
             if getattr(self, key) != default:
                 raise ValueError(f"rollout.{key} is set by {where}; set it there")
         return self
@@ -131,15 +140,24 @@ class RolloutSection(RolloutConfig):
         """``prompts_per_step * n``."""
         return self.prompts_per_step * self.n
 
-    def to_rollout_config(self, *, max_turns: int | None, seed: int | None) -> RolloutConfig:
+    def to_rollout_config(
+        self,
+        *,
+        max_turns: int | None,
+        seed: int | None,
+        isolation: Literal["thread", "process"] | None = None,
+    ) -> RolloutConfig:
         """The rollout scheduler's options for these settings.
 
         Args:
             max_turns: ``env.max_turns``.
             seed: Base of the sampling seeds (the trainer varies it per step).
+            isolation: ``env.isolation``.
         """
-        fields = set(RolloutConfig.model_fields) - {"max_turns", "seed"}
-        return RolloutConfig(**self.model_dump(include=fields), max_turns=max_turns, seed=seed)
+        fields = set(RolloutConfig.model_fields) - {"max_turns", "seed", "env_isolation"}
+        return RolloutConfig(
+            **self.model_dump(include=fields), max_turns=max_turns, seed=seed, env_isolation=isolation
+        )
 
 
 class SpecSection(SpecConfig):

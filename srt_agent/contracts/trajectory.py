@@ -38,6 +38,8 @@ class TurnRecord:
         forward_passes: Model forward passes the engine reported for this turn.
         sampling_seed: The per-request seed sent to the engine (``None``: the engine's own RNG).
         generation_s: Wall seconds between submitting the request and receiving its output.
+        env_s: Wall seconds of the env step this turn's action caused (its tools included; 0.0 if
+            no step ran).
     """
 
     index: int
@@ -49,6 +51,7 @@ class TurnRecord:
     forward_passes: int
     sampling_seed: int | None
     generation_s: float
+    env_s: float = 0.0
 
     @property
     def prefix_len(self) -> int:
@@ -91,6 +94,7 @@ class Trajectory:
             protocol does not report that split.
         env_s: Wall seconds in the env: ``make``, ``reset``, every ``step`` (tool calls included)
             and ``close``.
+        setup_s: Wall seconds of ``make`` and ``reset`` (each step's are in its turn's ``env_s``).
         queue_s: Wall seconds the episode waited for a rollout slot (``max_concurrent``) before
             it started.
         wall_s: Wall seconds from start to end, excluding ``queue_s``. What is left after
@@ -118,6 +122,7 @@ class Trajectory:
     final_info: Mapping[str, Any] = field(default_factory=dict, hash=False)
     generation_s: float = 0.0
     env_s: float = 0.0
+    setup_s: float = 0.0
     queue_s: float = 0.0
     wall_s: float = 0.0
 

@@ -104,6 +104,10 @@ class EngineStats:
     unwarmed_shapes: int = 0
 
 
+PREFIX_CACHE_BYTES = 256 * 2**20
+"""The default budget of parked keys/values (``TorchEngine(prefix_cache_bytes=...)``)."""
+
+
 def default_dtype(device: torch.device | str) -> torch.dtype:
     """The engine's default dtype on ``device``: bfloat16 on a GPU, float32 elsewhere.
 
@@ -181,7 +185,7 @@ class TorchEngine:
         prefill_tokens: int = 4096,
         draft_source: DraftSourceProtocol | None = None,
         spec: SpecConfig | None = None,
-        prefix_cache_bytes: int = 256 * 2**20,
+        prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
         cuda_graphs: bool | None = None,
         cost_clock: Callable[[], float] | None = None,
     ) -> None:
@@ -256,6 +260,11 @@ class TorchEngine:
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
+
+    @property
+    def prefix_store_bytes(self) -> int:
+        """Bytes of parked keys/values held now (bounded by ``prefix_cache_bytes``)."""
+        return self._scheduler.prefix.bytes
 
     @property
     def max_context(self) -> int:

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
@@ -22,7 +22,11 @@ from gymnasium.envs.registration import load_env_creator
 from srt_agent.env.multi_turn import MultiTurnEnv, validate_config
 from srt_agent.errors import SrtAgentError
 
+Isolation = Literal["thread", "process"]
+"""Where an env's code runs: in the rollout's process (a thread per call) or in a worker process."""
+
 _REGISTERED: dict[str, str] = {}
+_ISOLATION: dict[str, Isolation] = {}
 
 
 class UnknownEnvError(SrtAgentError, gym.error.Error, KeyError):
@@ -36,14 +40,26 @@ _MAKE_ARGUMENTS = frozenset({"max_episode_steps", "disable_env_checker"})
 """Keywords of ``make`` that are Gymnasium's, not the env's."""
 
 
-def register_env(env_id: str, entry_point: str | type[MultiTurnEnv], **default_options: Any) -> None:
+def register_env(
+    env_id: str,
+    entry_point: str | type[MultiTurnEnv],
+    *,
+    isolation: Isolation | None = None,
+    **default_options: Any,
+) -> None:
     """Register a multi-turn env with gymnasium (idempotent for the same entry point).
 
     Args:
         env_id: ``namespace/Name-vN``, e.g. ``"myproj/Support-v0"``.
         entry_point: ``"module:Class"`` or the class itself.
+        isolation: Where rollouts run this env's code when ``rollout.env_isolation`` is unset:
+            ``"process"`` for code that may crash the process or hang in native code (a C
+            extension, ctypes, a simulator), ``"thread"`` or ``None`` (the default) in-process.
+            The class must then be importable from a module (not a script's ``__main__``).
         **default_options: Default constructor options (overridable in ``gymnasium.make``).
     """
+    if isolation not in (None, "thread", "process"):
+        raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}")
     if isinstance(entry_point, str):
         ep = entry_point
     else:
@@ -55,6 +71,17 @@ def register_env(env_id: str, entry_point: str | type[MultiTurnEnv], **default_o
             raise ValueError(f"{env_id!r} is already registered to {_REGISTERED[env_id]}, not {ep}")
     gym.register(id=env_id, entry_point=ep, kwargs=default_options)
     _REGISTERED[env_id] = ep
+    if isolation is not None:
+        _ISOLATION[env_id] = isolation
+
+
+def registered_isolation(env_id: str) -> Isolation:
+    """Where ``env_id``'s code runs by its registration (``"thread"`` unless it registered ``"process"``).
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered.
+    """
+    return _ISOLATION.get(check_env_id(env_id), "thread")
 
 
 def registered_envs() -> list[str]:

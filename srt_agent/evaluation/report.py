@@ -19,6 +19,7 @@ from rich.table import Table
 
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.rollout.metrics import SOURCES, RolloutMetrics
+from srt_agent.tooling.parser import turn_form
 
 EVAL_SCHEMA = "srt-eval/1"
 
@@ -129,6 +130,9 @@ class EvalReport:
         forward_passes: Engine forward passes over all episodes (0 if the engine reports none).
         tool_calls: Tool calls over all episodes.
         tool_errors: Failed tool calls over all episodes.
+        garbled_turns: Assistant turns that are neither well-formed tool calls nor plain text
+            (:func:`srt_agent.tooling.parser.turn_form`), over all episodes.
+        assistant_turns: Assistant turns over all episodes (the base of ``garbled_turns``).
         ok: Episodes the env terminated.
         truncated: Episodes cut off (env turn limit, rollout cap, context limit).
         failed: Episodes that failed (env, chat template or engine error).
@@ -169,6 +173,8 @@ class EvalReport:
     endings: Mapping[str, int] = field(default_factory=dict, hash=False)
     kinds: Mapping[str, KindFigures] = field(default_factory=dict, hash=False)
     spec: bool | None = None
+    garbled_turns: int = 0
+    assistant_turns: int = 0
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
     trajectories: tuple[Trajectory, ...] = field(default=(), repr=False, compare=False)
 
@@ -190,10 +196,11 @@ class EvalReport:
         the run's k, a fixed key to compare runs), ``pass_hat_1`` .. ``pass_hat_<k>``,
         ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
-        ``mean_tool_calls``, ``ok``, ``truncated``, ``failed``, ``wall_s``, ``generation_s``,
-        ``env_s``, ``tokens_per_s``; ``ending_<how>`` (share of episodes per :func:`ending`, as a
-        slug: ``ending_terminated``, ``ending_env_truncated``, ``ending_max_turns``); for an env that
-        labels its tasks, per kind ``kind_<kind>_episodes``, ``kind_<kind>_success_rate``,
+        ``mean_tool_calls``, ``garbled_turns``, ``garbled_turn_rate`` (over assistant turns), ``ok``,
+        ``truncated``, ``failed``, ``wall_s``, ``generation_s``, ``env_s``, ``tokens_per_s``;
+        ``ending_<how>`` (share of episodes per :func:`ending`, as a slug: ``ending_terminated``,
+        ``ending_env_truncated``, ``ending_max_turns``); for an env that labels its tasks, per kind
+        ``kind_<kind>_episodes``, ``kind_<kind>_success_rate``,
         ``kind_<kind>_pass_hat_<j>``, ``kind_<kind>_mean_turns``, ``kind_<kind>_mean_tool_calls``,
         ``kind_<kind>_tool_errors``; the attributes above say what each means. With measured
         metrics also ``spec`` (bool or null), ``acceptance_rate`` (accepted / verified draft tokens),
@@ -225,6 +232,8 @@ class EvalReport:
             tool_calls=self.tool_calls,
             tool_errors=self.tool_errors,
             mean_tool_calls=self.tool_calls / self.episodes,
+            garbled_turns=self.garbled_turns,
+            garbled_turn_rate=self.garbled_turns / self.assistant_turns if self.assistant_turns else 0.0,
             ok=self.ok,
             truncated=self.truncated,
             failed=self.failed,
@@ -269,6 +278,7 @@ class EvalReport:
             ("mean reward", f"{self.mean_reward:.3f}"),
             ("mean turns", f"{self.mean_turns:.2f}"),
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
+            ("garbled turns", f"{self.garbled_turns} of {self.assistant_turns}"),
             ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
             *(
                 (f"  ended: {how}", f"{n} ({n / self.episodes:.0%})")
@@ -344,6 +354,7 @@ def summarize(
     n = len(trajectories)
     status = Counter(t.status for t in trajectories)
     seeds = [s for s in by_task if s is not None]
+    forms = Counter(turn_form(m.content) for t in trajectories for m in t.messages if m.role == "assistant")
     return EvalReport(
         env_id=envs[0],
         model=model,
@@ -371,6 +382,8 @@ def summarize(
         endings=dict(Counter(ending(t) for t in trajectories)),
         kinds={kind: _kind_figures(group, k) for kind, group in by_kind(trajectories).items()},
         spec=spec,
+        garbled_turns=forms["garbled"],
+        assistant_turns=sum(forms.values()),
         metrics=metrics,
         trajectories=tuple(trajectories),
     )

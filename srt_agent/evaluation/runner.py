@@ -10,8 +10,9 @@ is reproducible with an engine that honours per-request seeds.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from rich.console import Console
 from typing_extensions import Unpack
@@ -19,12 +20,13 @@ from typing_extensions import Unpack
 from srt_agent.chat.template import ChatFormat
 from srt_agent.config.sections import SpecSection
 from srt_agent.contracts.generation import Engine
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.env.multi_turn import EnvConfigError
 from srt_agent.env.registration import UnknownEnvError, validate_env_options
 from srt_agent.errors import SrtAgentError
-from srt_agent.evaluation.report import EvalReport, summarize
+from srt_agent.evaluation.report import EvalReport, reason_category, summarize
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError
 from srt_agent.output.reporting import check_outputs, print_error, write_json
@@ -91,6 +93,7 @@ def run_eval(
     ray: RayConfig | None = None,
     device: str = "cpu",
     spec_options: SpecSection | None = None,
+    isolation: Literal["thread", "process"] | None = None,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -119,6 +122,9 @@ def run_eval(
         spec_options: For a model directory, the tree cache, speculation and run-ahead settings
             (a run config's ``spec`` section; default: its defaults). Run-ahead needs ``speculate``; its
             jobs run beside the live episodes and only feed the cache.
+        isolation: Where env code runs (``rollout.env_isolation``): ``process`` puts each
+            episode's env in a worker process, so an env that crashes, exits or hangs fails its
+            episode only; ``None``: the env's registered choice.
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -137,13 +143,14 @@ def run_eval(
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         seed=seed,
+        env_isolation=isolation,
     )
     used_spec: bool | None
     used: Engine
     if isinstance(model, str | Path):
         runtime = _load(model, config, speculate, progress, engine, ray, device, spec_options)
-        used, scheduler = runtime.engine, runtime.scheduler
-        name, owned = str(model), True
+        used, scheduler, close = runtime.engine, runtime.scheduler, runtime.close
+        name = str(model)
         remote = engine is not None and engine.kind == "sglang"
         used_spec = None if remote else speculate
         if remote:
@@ -151,15 +158,15 @@ def run_eval(
     elif fmt is None:
         raise ValueError("run_eval with an engine instance needs fmt=ChatFormat(...) for its tokenizer")
     else:
-        used, name, owned, used_spec = model, type(model).__name__, False, None
+        used, name, used_spec = model, type(model).__name__, None
         scheduler = RolloutScheduler(used, fmt, config, progress=progress)
+        close = scheduler.close  # the engine is the caller's: only the env processes end here
     try:
         t0 = time.perf_counter()
         batch = rollout_sync(scheduler, specs)
         wall_s = time.perf_counter() - t0
     finally:
-        if owned:
-            used.close()
+        close()
     trajectories = list(batch.trajectories)
     if trace_path is not None:
         write_trace(trace_path, trajectories)
@@ -225,6 +232,18 @@ class EvalOptions(TypedDict, total=False):
     ray: RayConfig | None
     device: str
     spec_options: SpecSection | None
+    isolation: Literal["thread", "process"] | None
+
+
+def failure_examples(trajectories: Sequence[Trajectory]) -> dict[str, tuple[int, str]]:
+    """Failed episodes per reason category: how many, and the first one's full reason."""
+    out: dict[str, tuple[int, str]] = {}
+    for t in trajectories:
+        if t.status == "failed":
+            why = reason_category(t.reason)
+            n, example = out.get(why, (0, t.reason))
+            out[why] = (n + 1, example)
+    return out
 
 
 def eval_command(
@@ -238,6 +257,7 @@ def eval_command(
     json_path: str | Path | None = None,
     trace_path: str | Path | None = None,
     console: Console | None = None,
+    max_failed: float = 0.1,
     **options: Unpack[EvalOptions],
 ) -> int:
     """What ``srt-agent eval`` runs: evaluate with a progress bar, print the table, write files.
@@ -252,11 +272,13 @@ def eval_command(
         json_path: Write :meth:`EvalReport.flat` here (sorted keys, indented).
         trace_path: Write the JSONL trace here.
         console: Where to print (default: stdout).
+        max_failed: The share of failed episodes (env, template or engine errors) above which the
+            run exits 1; the failures are reported either way.
         **options: More :func:`run_eval` keyword arguments (:class:`EvalOptions`).
 
     Returns:
-        The exit code: 0 done, 1 done but some episodes failed (env, template or engine errors),
-        2 bad arguments (unknown env, bad options, unloadable model, bad counts).
+        The exit code: 0 done, 1 done but more than ``max_failed`` of the episodes failed (env,
+        template or engine errors), 2 bad arguments (unknown env, bad options, unloadable model, bad counts).
     """
     out = console or make_console()
     try:
@@ -282,5 +304,8 @@ def eval_command(
     write_json(out, json_path, report.flat())
     if report.failed:
         out.print(f"[red]{report.failed} episode(s) failed[/red]; see the log for the errors")
-        return 1
+        for why, (n, example) in failure_examples(report.trajectories).items():
+            out.print(f"  {n} x {why}, e.g. {example}", markup=False, highlight=False)
+        if report.failed > max_failed * report.episodes:
+            return 1
     return 0

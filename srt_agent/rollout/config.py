@@ -47,12 +47,22 @@ class RolloutConfig(BaseModel):
         default=0,
         description="Base of the per-request sampling seeds (None: the engine's own RNG, not reproducible).",
     )
-    env_timeout_s: float | None = Field(
+    env_step_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds an env's step (its tool calls included, each under its own timeout) or close "
+        "may take before its episode fails with the reason; the batch goes on (None: no limit).",
+    )
+    env_setup_timeout_s: float | None = Field(
         default=300.0,
         gt=0,
-        description="Seconds an env's make, reset, step or close may take before its episode fails with "
-        "the reason (the batch goes on; None: no limit). A step includes its tool calls, each under its "
-        "own timeout: leave room for them.",
+        description="Seconds an env's make or reset may take (they may download or build; None: no limit).",
+    )
+    env_isolation: Literal["thread", "process"] | None = Field(
+        default=None,
+        description="Where env code runs: thread (in this process, a thread per call), process (a pool of "
+        "worker processes: a crash, exit or hang costs its episode only), or None (each env's registered "
+        "choice; thread unless it registered process).",
     )
     max_observation_chars: int = Field(
         default=32_000,

@@ -30,6 +30,25 @@ from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, sampling_see
 logger = logging.getLogger("srt_agent.rollout")
 _P = ParamSpec("_P")
 
+_SELF_TIMED_GRACE_S = 5.0  # an env process's own deadline fires first; the thread's is a backstop
+_NEAR_DEADLINE = 0.5  # an env call that took this share of its deadline is warned about
+_warned_near: set[tuple[str, str]] = set()
+
+
+def _warn_near_deadline(env_id: str, where: str, elapsed: float, timeout: float, key: str) -> None:
+    """Warn once per env and call kind that calls come close to their deadline (it may be too short)."""
+    if (env_id, where) in _warned_near:
+        return
+    _warned_near.add((env_id, where))
+    logger.warning(
+        "env %s: a %s took %.1f s of its %g s deadline (rollout.%s); raise it if this env is slow by design",
+        env_id,
+        where,
+        elapsed,
+        timeout,
+        key,
+    )
+
 
 class _EpisodeEnd(Exception):
     """Ends an episode early with a status and a reason (a truncation or a contained failure)."""
@@ -200,6 +219,7 @@ class EpisodeRunner:
         self.env_s = self.gen_s = 0.0
         self.opening: tuple[Message, ...] = ()
         self.stuck = False
+        self.env_calls: list[tuple[str, float]] = []  # (make/reset/step/close, seconds), in order
 
     async def run(self) -> Trajectory:
         """Play the episode to its end; never raises for env, template or engine failures."""
@@ -363,23 +383,36 @@ class EpisodeRunner:
 
     # ------------------------------------------------------------------ ending
     async def _env_call(self, where: str, fn: Callable[[], Any]) -> Any:
-        """Run env code (``make``, ``reset``, ``step``, ``close``) in a thread, under ``env_timeout_s``.
+        """Run env code (``make``, ``reset``, ``step``, ``close``) in a thread, under its deadline.
 
-        An env that hangs fails its episode, not the batch.
-        A thread per call, not a pool's: a hung call would keep its pool worker, and enough of them
-        would starve every other episode. An env that overran once is not called again (its state is
-        unknown; its thread may still be in it).
+        ``make`` and ``reset`` get ``env_setup_timeout_s``, ``step`` and ``close``
+        ``env_step_timeout_s``. An env that hangs fails its episode, not the batch. A thread per
+        call, not a pool's: a hung call would keep its pool worker, and enough of them would starve
+        every other episode. An env that overran once is not called again (its state is unknown;
+        its thread may still be in it). Envs in worker processes time their own calls (and kill
+        the worker at the deadline), so their thread waits a little longer than the deadline.
         """
         if self.stuck:
             raise _EpisodeEnd("failed", f"env {where} not attempted: an earlier call overran")
-        timeout = self.config.env_timeout_s
+        setup = where in ("make", "reset")
+        timeout = self.config.env_setup_timeout_s if setup else self.config.env_step_timeout_s
+        key = "env_setup_timeout_s" if setup else "env_step_timeout_s"
+        self_timed = bool(getattr(self.env_factory, "self_timed", False))
+        wait = timeout + _SELF_TIMED_GRACE_S if self_timed and timeout is not None else timeout
+        t = time.perf_counter()
         try:
-            return await await_in_thread(fn, timeout, name=f"srt-env-{where}")
+            return await await_in_thread(fn, wait, name=f"srt-env-{where}")
         except CallTimeout:
             self.stuck = True
+            killed = "; its process was killed" if self_timed else ""
             raise _EpisodeEnd(
-                "failed", f"env {where} did not return within {timeout:g} s (rollout.env_timeout_s)"
+                "failed", f"env {where} did not return within {timeout:g} s (rollout.{key}){killed}"
             ) from None
+        finally:
+            elapsed = time.perf_counter() - t
+            self.env_calls.append((where, elapsed))
+            if timeout is not None and _NEAR_DEADLINE * timeout <= elapsed < timeout:
+                _warn_near_deadline(self.request.env_id, where, elapsed, timeout, key)
 
     async def _close(self) -> None:
         if self.env is None or self.stuck:  # a stuck env is left to its thread (logged as failed)
@@ -407,6 +440,8 @@ class EpisodeRunner:
     def _turn_records(self) -> tuple[TurnRecord, ...]:
         spans: Sequence[tuple[int, int]] = self.transcript.turn_spans if self.transcript else ()
         rewards = self.rewards + [0.0] * (len(spans) - len(self.rewards))
+        steps = [s for where, s in self.env_calls if where == "step"]  # one per turn that reached the env
+        steps += [0.0] * (len(spans) - len(steps))
         return tuple(
             TurnRecord(
                 index=i,
@@ -418,6 +453,7 @@ class EpisodeRunner:
                 forward_passes=out.forward_passes,
                 sampling_seed=req.params.seed,
                 generation_s=gen_s,
+                env_s=steps[i],
             )
             for i, ((s, e), req, out, gen_s) in enumerate(
                 zip(spans, self.requests, self.outputs, self.gen_times, strict=False)
@@ -449,6 +485,7 @@ class EpisodeRunner:
             final_info=json_safe(self.info),
             generation_s=self.gen_s,
             env_s=self.env_s,
+            setup_s=sum(s for where, s in self.env_calls if where in ("make", "reset")),
             queue_s=self.queue_s,
             wall_s=wall_s,
         )

@@ -19,18 +19,23 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from srt_agent.chat.messages import Message
 from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
 from srt_agent.contracts.speculation import spec_delta
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.env.registration import make
+from srt_agent.env.registration import Isolation, make, registered_isolation
+from srt_agent.errors import FAULTS
 from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
+from srt_agent.rollout.heap import release_free_heap
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics
 from srt_agent.rollout.runahead import RunAhead
+
+if TYPE_CHECKING:
+    from srt_agent.rollout.env_processes import EnvProcessPool
 
 T = TypeVar("T")
 
@@ -93,6 +98,8 @@ class RolloutScheduler:
             else None
         )
         self.last_metrics: RolloutMetrics | None = None
+        self._pool: EnvProcessPool | None = None  # env worker processes, started on first use
+        self._isolation: dict[str, Isolation] = {}  # env id -> its registered isolation
 
     def announce(self, episodes: Sequence[EpisodeRequest]) -> int:
         """Tell the scheduler which episodes come next, so their first turns can be generated ahead.
@@ -165,6 +172,7 @@ class RolloutScheduler:
             if self.runahead is not None:
                 await self.runahead.end_batch()
         wall_s = time.perf_counter() - t0
+        release_free_heap()  # what the batch's threads freed goes back to the OS (see rollout.heap)
         spec = spec_delta(self.engine.spec_stats(), spec_before)
         ahead = self.runahead.stats().minus(ahead_before) if self.runahead is not None else RunAheadStats()
         metrics = batch_metrics(trajectories, spec=spec, runahead=ahead, wall_s=wall_s, split=hooks.split())
@@ -181,7 +189,7 @@ class RolloutScheduler:
                 self.config,
                 time.perf_counter() - queued,
                 hooks=hooks,
-                env_factory=self.env_factory,
+                env_factory=self._factory(spec.env_id),
             )
             traj = await runner.run()
         if self.progress is not None:
@@ -190,6 +198,46 @@ class RolloutScheduler:
             except Exception:  # a display bug must not lose the rollout
                 logger.warning("progress callback raised", exc_info=True)
         return traj
+
+    def _factory(self, env_id: str) -> EnvFactory | None:
+        """What makes ``env_id``'s envs: the given factory, else a worker process or this process.
+
+        ``rollout.env_isolation`` decides, or when it is unset the env's registration
+        (:func:`~srt_agent.env.registration.register_env`'s ``isolation``).
+        """
+        if self.env_factory is not None:
+            return self.env_factory
+        isolation = self.config.env_isolation
+        if isolation is None:
+            if env_id not in self._isolation:
+                try:
+                    self._isolation[env_id] = registered_isolation(env_id)
+                except FAULTS:  # an unknown id: its episodes fail in make, with the reason
+                    self._isolation[env_id] = "thread"
+            isolation = self._isolation[env_id]
+        if isolation == "thread":
+            return None
+        if self._pool is None:
+            from srt_agent.rollout.env_processes import EnvProcessPool
+
+            self._pool = EnvProcessPool(
+                self.config.max_concurrent,
+                step_timeout_s=self.config.env_step_timeout_s,
+                setup_timeout_s=self.config.env_setup_timeout_s,
+                max_observation_chars=self.config.max_observation_chars,
+            )
+        return self._pool
+
+    @property
+    def env_processes(self) -> EnvProcessPool | None:
+        """The env worker processes (``None`` until an episode's env runs in one)."""
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the env worker processes, if any (a later episode starts new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 class _BatchHooks(EpisodeHooks):

@@ -60,6 +60,8 @@ class TraceTurn:
         episode_success: Whether the episode counted as solved.
         episode_reason: Why the episode failed or was truncated (``""`` when it ended normally,
             and in traces written before this key existed).
+        env_s: Seconds of the env step this turn caused (tools included; 0.0 in older traces).
+        episode_setup_s: Seconds the episode's env took to make and reset (0.0 in older traces).
     """
 
     episode_id: str
@@ -81,6 +83,8 @@ class TraceTurn:
     episode_status: Status
     episode_success: bool
     episode_reason: str = ""
+    env_s: float = 0.0
+    episode_setup_s: float = 0.0
 
     def to_json(self) -> str:
         """The line's JSON text (no newline), ``schema`` first."""
@@ -117,7 +121,7 @@ class TraceTurn:
         return cls(**values)
 
 
-_OPTIONAL_KEYS = frozenset({"episode_reason"})
+_OPTIONAL_KEYS = frozenset({"episode_reason", "env_s", "episode_setup_s"})
 """Keys added after the first release of the format: a line without them reads with the default."""
 
 
@@ -148,6 +152,8 @@ def trace_turns(trajectory: Trajectory) -> list[TraceTurn]:
                 episode_status=t.status,
                 episode_success=t.success,
                 episode_reason=t.reason,
+                env_s=round(rec.env_s, 6),
+                episode_setup_s=round(t.setup_s, 6),
             )
         )
         previous_end = rec.end

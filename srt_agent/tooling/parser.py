@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -164,3 +164,27 @@ def parse_tool_calls(text: str, *, id_prefix: str = "") -> ParsedTurn:
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     """Write a call in the format :func:`parse_tool_calls` reads (used by oracles and tests)."""
     return f"{OPEN_TAG}{json.dumps({'name': name, 'arguments': arguments})}{CLOSE_TAG}"
+
+
+TurnForm = Literal["tool_call", "text", "garbled"]
+"""What an assistant turn is: well-formed tool call(s), plain text, or neither."""
+
+# Pieces of markup that plain text never contains: a tool-call tag outside a block (an unmatched
+# or half-written one), or a chat-template special token the model wrote as text.
+_MARKUP_RE = re.compile(r"</?tool_call|tool_call>|<\|")
+
+
+def turn_form(text: str) -> TurnForm:
+    """Whether ``text`` (an assistant turn) is well-formed tool calls, plain text, or garbled.
+
+    Garbled: a call block that does not decode, tool-call tags or chat-template tokens left in
+    the text outside the blocks, undecodable bytes (U+FFFD), or an empty turn. Text beside
+    well-formed calls is allowed (Hermes and Qwen templates allow it).
+    """
+    parsed = parse_tool_calls(text)
+    stray_close = text.count(CLOSE_TAG) > text.count(OPEN_TAG)  # the parser drops unmatched closing tags
+    if parsed.errors or stray_close or "\ufffd" in text or _MARKUP_RE.search(parsed.text):
+        return "garbled"
+    if parsed.calls:
+        return "tool_call"
+    return "text" if parsed.text else "garbled"

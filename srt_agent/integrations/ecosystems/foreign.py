@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import importlib
 import math
 import threading
-from collections.abc import Coroutine, Sequence
+import time
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
@@ -27,9 +29,11 @@ from srt_agent.env.registration import UnknownEnvError
 from srt_agent.errors import SrtAgentError, describe_fault
 
 __all__ = [
+    "ForeignCallTimeout",
     "ForeignEnv",
     "ForeignEnvConfig",
     "ForeignEnvError",
+    "HeldLock",
     "LoopThread",
     "MissingResourceError",
     "ReplyPolicy",
@@ -63,6 +67,48 @@ class ForeignEnvError(SrtAgentError, RuntimeError):
 
 class MissingResourceError(ForeignEnvError):
     """Another ecosystem's env needs a download at run time (a corpus, a dataset) that failed."""
+
+
+class ForeignCallTimeout(ForeignEnvError, TimeoutError):
+    """A call into another ecosystem's package did not finish within its deadline (``call_timeout_s``)."""
+
+
+class HeldLock:
+    """A lock for foreign code that can hang: a holder past ``hold_s`` is presumed hung and passed over.
+
+    Some packages keep process-wide state a call must have to itself (TextArena seeds the global
+    ``random`` at reset). A plain lock held across such a call lets one hung call stall every later
+    one in the process; here a waiter takes the lock over once the holder has had it ``hold_s``
+    seconds (that holder's episode fails at its own deadline). The cost, only in that case: if the
+    hung call ever resumes, it may share the state with the next holder.
+    """
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self._cond = threading.Condition()
+        self._holder: object | None = None
+        self._since = 0.0
+        self.passed_over = 0  # holders presumed hung
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the block (waiting at most ``hold_s`` for a holder)."""
+        token = object()
+        with self._cond:
+            while self._holder is not None:
+                left = self._since + self.hold_s - time.monotonic()
+                if left <= 0:
+                    self.passed_over += 1
+                    break
+                self._cond.wait(left)
+            self._holder, self._since = token, time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                if self._holder is token:
+                    self._holder = None
+                    self._cond.notify()
 
 
 def import_package(import_name: str, package: str, extra: str) -> ModuleType:
@@ -134,6 +180,12 @@ class ForeignEnvConfig(EnvConfig):
         1.0,
         description="An episode whose total reward reaches this counts as solved (success rates, pass^k).",
     )
+    call_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Most seconds one call into the package may take (a reset's, a step's); then the "
+        "episode fails naming the call. The rollout's own env deadlines apply as well.",
+    )
 
 
 class ForeignEnv(MultiTurnEnv):
@@ -182,8 +234,17 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (its exception is raised here)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Run ``coro`` on the loop; wait at most ``timeout`` s for its result (its exception is raised here).
+
+        Raises:
+            ForeignCallTimeout: ``coro`` was still running at the deadline; it is cancelled.
+        """
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # the loop stays usable for the env's next call (its close, at least)
+            raise ForeignCallTimeout(f"did not finish within {timeout:g} s (call_timeout_s)") from None
 
     def close(self) -> None:
         """Stop the loop and its thread (idempotent)."""

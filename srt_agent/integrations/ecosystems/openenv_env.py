@@ -168,6 +168,24 @@ def _text_field(schema: dict[str, Any], chosen: str | None, what: str, target: s
     return strings[0] if len(strings) == 1 else None
 
 
+def server_busy(exc: BaseException) -> bool:
+    """Whether an OpenEnv server refused a session for want of room (so a retry may be admitted).
+
+    Recognised by the pinned client's own types where it has them: the server closes the socket
+    (websockets' ``ConnectionClosed``), or answers an error whose code is
+    ``WSErrorCode.CAPACITY_REACHED``; openenv-core's client raises that answer as a plain
+    ``RuntimeError("Server error: <message> (code: <code>)")``, so the code is matched in that text.
+    ``exc`` may be the adapter's :class:`ForeignEnvError`, whose cause is the client's error.
+    """
+    from openenv.core.env_server.types import WSErrorCode
+    from websockets.exceptions import ConnectionClosed
+
+    cause = exc.__cause__ if isinstance(exc, ForeignEnvError) and exc.__cause__ is not None else exc
+    if isinstance(cause, ConnectionClosed):
+        return True
+    return isinstance(cause, RuntimeError) and f"(code: {WSErrorCode.CAPACITY_REACHED.value})" in str(cause)
+
+
 class OpenEnvEnv(ForeignEnv):
     """An OpenEnv environment, in process or behind a server srt-agent starts: its observations as user turns.
 
@@ -254,16 +272,10 @@ class OpenEnvEnv(ForeignEnv):
         The server refuses the others (``CAPACITY_REACHED``, or a closed socket): they reconnect
         with backoff until a session frees, instead of failing.
         """
-
-        def busy(exc: BaseException) -> bool:
-            return isinstance(exc, ForeignEnvError) and (
-                "CAPACITY_REACHED" in str(exc) or "ConnectionClosed" in str(exc)
-            )
-
         waiting = tenacity.Retrying(
             stop=tenacity.stop_after_delay(self.config.start_timeout_s),
             wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
-            retry=tenacity.retry_if_exception(busy),
+            retry=tenacity.retry_if_exception(server_busy),
             before_sleep=lambda _: self._open_session(),  # the refused session is closed: a new one
             reraise=True,
         )

@@ -17,16 +17,17 @@ How a game plays as a multi-turn chat:
   counts as solved at ``success_threshold`` (1).
 
 Seeds: TextArena seeds Python's global ``random`` at reset, so resets here are serialized under a
-lock (a seed always gives the same task); randomness a game draws later (2048's new tiles) is not
-reproducible when episodes run concurrently. Multi-player games are refused at reset. Games that
-load data at run time (Wordle's NLTK ``words`` corpus) fail with an error naming the resource when
-it cannot be fetched.
+lock (a seed always gives the same task), one that a reset holding it past ``call_timeout_s`` loses
+(:class:`~srt_agent.integrations.ecosystems.foreign.HeldLock`: a hung reset cannot stall the
+others; ``env.isolation: process`` keeps each game's ``random`` out of the trainer's process);
+randomness a game draws later (2048's new tiles) is not reproducible when episodes run
+concurrently. Multi-player games are refused at reset. Games that load data at run time (Wordle's
+NLTK ``words`` corpus) fail with an error naming the resource when it cannot be fetched.
 """
 
 from __future__ import annotations
 
 import difflib
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from srt_agent.integrations.ecosystems.foreign import (
     ForeignEnv,
     ForeignEnvConfig,
     ForeignEnvError,
+    HeldLock,
     foreign_reward,
     import_package,
     reraise_foreign,
@@ -48,7 +50,8 @@ __all__ = ["TextArenaConfig", "TextArenaEnv", "register"]
 
 NAMESPACE = "textarena"
 
-_RESET_LOCK = threading.Lock()  # TextArena seeds the process-wide ``random`` at reset
+# TextArena seeds the process-wide ``random`` at reset; a hung reset keeps it at most this long.
+_RESET_LOCK = HeldLock(hold_s=60.0)
 
 
 class TextArenaConfig(ForeignEnvConfig):
@@ -106,7 +109,8 @@ class TextArenaEnv(ForeignEnv):
             env = _base_and_actions(ta.make(game, **self.config.game_options), ta)
         except Exception as exc:
             raise reraise_foreign(exc, f"{what} (make)") from exc
-        with _RESET_LOCK:
+        _RESET_LOCK.hold_s = self.config.call_timeout_s  # the newest game's setting (one lock per process)
+        with _RESET_LOCK.held():
             try:
                 env.reset(num_players=1, seed=seed)
             except (AssertionError, ValueError, TypeError) as exc:

@@ -205,7 +205,7 @@ class VerifiersEnv(ForeignEnv):
 
     def _run(self, coro: Any, what: str) -> Any:
         try:
-            return self._loop.run(coro)
+            return self._loop.run(coro, self.config.call_timeout_s)
         except ForeignEnvError:
             raise
         except Exception as exc:
