@@ -47,8 +47,9 @@ def _remote_make(
     env_id: str, registration: gym.envs.registration.EnvSpec | None, options: dict[str, Any]
 ) -> None:
     global _ENV
-    from srt_agent.env.registration import make
+    from srt_agent.env.registration import make, registered_envs
 
+    registered_envs()  # the built-ins first, so the parent's registration below never overrides one
     if _ENV is not None:  # the previous episode's env was not closed (its episode failed): drop it
         env, _ENV = _ENV, None
         with contextlib.suppress(*FAULTS):
