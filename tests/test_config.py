@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 import srt_agent.algo as learn
-from srt_agent.config import RunConfig, apply_overrides, load_config
+from srt_agent.config import ConfigError, RunConfig, apply_overrides, load_config
 from srt_agent.config import algo as config_algo
 from srt_agent.config.sections import EVAL_SEED_END
 from srt_agent.engine.speculation.spec_config import SpecConfig
@@ -179,3 +179,11 @@ def test_rollout_and_run_ahead_options_are_the_components_own() -> None:
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     )
+
+
+def test_env_isolation_is_the_env_sections_and_reaches_the_rollout() -> None:
+    cfg = load_config(QUICKSTART, ["env.isolation=process"])
+    assert cfg.rollout_config().env_isolation == "process"
+    assert load_config(QUICKSTART).rollout_config().env_isolation is None  # each env's registered choice
+    with pytest.raises(ConfigError, match=r"rollout.env_isolation is set by env.isolation"):
+        load_config(QUICKSTART, ["rollout.env_isolation=process"])

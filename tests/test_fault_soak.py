@@ -16,6 +16,7 @@ import resource
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 from fault_injection import BASES, ENV_FAULTS, HANG_S, TOOL_FAULTS
@@ -216,3 +217,30 @@ def test_the_soak_through_ray_env_workers_survives_a_worker_killed_mid_run() -> 
     assert len(faulty) == len(specs) and lost and replaced >= 1
     shown = dict(sorted(counts.items()))
     print(f"\nray soak: {len(specs)} episodes, {shown}, {wall_s:.1f} s, workers replaced {replaced}")
+
+
+@pytest.mark.slow
+def test_the_soak_benchmark_in_processes_loses_no_healthy_episode_and_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    """``benchmarks/soak.py`` on a real (tiny) engine: 1,000 episodes, 10% faults of every kind, a
+    segfault and ``os._exit`` among them, envs in worker processes."""
+    import json
+    import subprocess
+    import sys
+
+    from chat_fixtures import save_tiny_llama
+
+    model = save_tiny_llama(tmp_path / "model")
+    out = tmp_path / "soak.json"
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "soak.py"), "--model", str(model), "--episodes", "1000",
+         "--report-every", "250", "--concurrency", "16", "--json", str(out)],
+        check=True, cwd=root, timeout=1500,
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["healthy_lost"] == 0 and record["faults_unrecorded"] == 0, record
+    assert record["faults"] >= 60 and record["workers_lost"] >= 5
+    assert record["threads_end"] <= record["threads_start"] + record["pool_size"]
+    assert record["processes_end"] <= record["pool_size"]
