@@ -27,8 +27,8 @@ over the first; the bar: within 10%), ``env_rss_mb_end`` (the env processes' RSS
 (parked keys/values held at the end), ``seed``.
 
 Two stores grow by design until their byte budgets (256 MB each by default in a run): the tree
-cache and the engine's parked keys/values. Here both default to 16 MB, so they fill within the first
-few hundred episodes and RSS growth after that measures everything else (leaks).
+cache and the engine's parked keys/values. Here both default to 4 MB, so they are full before the
+first checkpoint and RSS growth after it measures everything else (leaks).
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def main() -> None:
     parser.add_argument(
         "--cache-mb",
         type=float,
-        default=16.0,
+        default=4.0,
         help="The tree cache's byte budget (spec.cache.byte_budget), MB.",
     )
     parser.add_argument(
-        "--prefix-mb", type=float, default=16.0, help="The engine's budget for parked keys/values, MB."
+        "--prefix-mb", type=float, default=4.0, help="The engine's budget for parked keys/values, MB."
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
