@@ -90,6 +90,8 @@ def verdict(spec: EpisodeRequest, t: Trajectory) -> str:
     fault = str(spec.env_options["fault"])
     if not fault:
         return "lost" if t.status == "failed" else "ok"
+    if fault.startswith("step-") and not t.turns and t.status != "failed":
+        return "ok"  # ended before its first step (a prompt over the context): the fault never came
     if fault in ENV_FAULTS or fault in PROCESS_FAULTS:
         expected = {**ENV_FAULTS, **PROCESS_FAULTS}[fault]
         return "ok" if t.status == "failed" and expected in t.reason else "unrecorded"
