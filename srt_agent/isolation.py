@@ -67,7 +67,15 @@ class RemoteError(SrtAgentError, RuntimeError):
 
 
 class WorkerDied(RemoteError):
-    """The worker process ended during a call: a crash (a signal), an exit, or a kill."""
+    """The worker process ended during a call: a crash (a signal), an exit, or a kill.
+
+    Attributes:
+        exit_code: The process's return code (negative: the signal that ended it).
+    """
+
+    def __init__(self, exit_code: int | None) -> None:
+        super().__init__(f"its process died ({describe_exit(exit_code)})")
+        self.exit_code = exit_code
 
 
 def describe_exit(code: int | None) -> str:
@@ -305,7 +313,7 @@ class Worker:
         try:
             _write_frame(self.proc.stdin.fileno(), request)
         except OSError:
-            raise WorkerDied(f"its process died ({describe_exit(self._exit_code())})") from None
+            raise WorkerDied(self._exit_code()) from None
         out = self.proc.stdout.fileno()
         ready, _, _ = select.select([out], [], [], timeout)
         if not ready:
@@ -313,7 +321,7 @@ class Worker:
         try:
             status, payload = pickle.loads(_read_frame(out))
         except (EOFError, OSError, pickle.UnpicklingError):
-            raise WorkerDied(f"its process died ({describe_exit(self._exit_code())})") from None
+            raise WorkerDied(self._exit_code()) from None
         return status, payload
 
     def _exit_code(self) -> int | None:

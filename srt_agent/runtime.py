@@ -146,6 +146,10 @@ def build_runtime(
         scheduler = RolloutScheduler(remote, fmt, rollout, runahead=ahead, progress=progress)
         return Runtime(remote, fmt, None, scheduler)
 
+    if ahead is not None and draft_source is None:  # in-process or on Ray: it feeds our caches
+        if ahead.enabled is True:
+            raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
+        ahead = None  # "auto" without a draft source: nothing to feed
     if ray is not None:
         return _on_ray(
             model_dir,
@@ -159,10 +163,6 @@ def build_runtime(
             progress=progress,
             saved_caches=replica_caches,
         )
-    if ahead is not None and draft_source is None:
-        if ahead.enabled is True:
-            raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
-        ahead = None
     local = build_engine(
         model_dir,
         max_batch_size=rollout.max_concurrent,
@@ -250,10 +250,6 @@ def _on_ray(
             log_to_driver=False,
             configure_logging=False,
         )
-    if runahead is not None and cache is None:
-        if runahead.enabled is True:
-            raise ValueError("run-ahead only feeds a draft source; give one, or leave run-ahead off")
-        runahead = None
     engine = RayEngine(
         model_dir,
         config,

@@ -74,3 +74,10 @@ def cap_text(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return f"{text[:max_chars]}\n[... truncated {len(text) - max_chars} characters]"
+
+
+def cap_message(message: Message, max_chars: int) -> Message:
+    """``message`` with its content cut by :func:`cap_text` (the same object when nothing is cut)."""
+    if len(message.content) <= max_chars:
+        return message
+    return message.model_copy(update={"content": cap_text(message.content, max_chars)})

@@ -28,7 +28,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from srt_agent.errors import FAULTS, SrtAgentError
-from srt_agent.isolation import CallTimeout, RemoteError, Worker, WorkerDied, remote_error
+from srt_agent.isolation import CallTimeout, RemoteError, Worker, WorkerDied, describe_exit, remote_error
 from srt_agent.rollout.config import EpisodeRequest
 
 __all__ = ["EnvProcessDied", "EnvProcessPool", "ProcessEnv"]
@@ -71,16 +71,11 @@ def _capped(obs: Any, max_chars: int | None) -> Any:
     The rollout would cut it the same way; anything that is not messages goes as it is, to be
     refused there.
     """
-    from srt_agent.chat.messages import Message, cap_text
+    from srt_agent.chat.messages import Message, cap_message
 
     if max_chars is None or not isinstance(obs, tuple | list):
         return obs
-    return type(obs)(
-        m.model_copy(update={"content": cap_text(m.content, max_chars)})
-        if isinstance(m, Message) and len(m.content) > max_chars
-        else m
-        for m in obs
-    )
+    return type(obs)(cap_message(m, max_chars) if isinstance(m, Message) else m for m in obs)
 
 
 def _remote_reset(seed: int | None, options: dict[str, Any] | None, max_chars: int | None) -> tuple[Any, Any]:
@@ -137,7 +132,7 @@ class ProcessEnv(gym.Env[Any, str]):
             self._lose(f"{what} overran its {timeout:g} s deadline and its process was killed")
             raise
         except WorkerDied as exc:
-            reason = str(exc).removeprefix("its process died (").removesuffix(")")
+            reason = describe_exit(exc.exit_code)
             self._lose(reason)
             raise EnvProcessDied(f"the env's process died during {what}: {reason}") from None
         except FAULTS:  # the request did not pickle, or the pipe broke: the worker's state is unknown
@@ -265,10 +260,8 @@ class EnvProcessPool:
                 timeout=self.setup_timeout_s,
                 what="make",
             )
-        except (CallTimeout, EnvProcessDied):
-            raise  # the worker is already gone
         except BaseException:
-            if env._dead is None:  # make raised in a healthy worker: it serves the next episode
+            if env._dead is None:  # make raised in a healthy worker (a lost one is already discarded)
                 env._dead = "make failed"
                 self.release(worker)
             raise

@@ -18,7 +18,7 @@ from typing import Any, ParamSpec
 
 import gymnasium as gym
 
-from srt_agent.chat.messages import Message, cap_text
+from srt_agent.chat.messages import Message, cap_message
 from srt_agent.chat.template import ChatFormat, TemplateContinuityError, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationOutput, GenerationRequest, PromptTooLongError
 from srt_agent.contracts.trajectory import Status, Trajectory, TurnRecord, json_safe
@@ -90,10 +90,7 @@ def check_observation(obs: Any, where: str, max_chars: int | None = None) -> tup
             )
     if max_chars is None:
         return tuple(obs)
-    return tuple(
-        m if len(m.content) <= max_chars else m.model_copy(update={"content": cap_text(m.content, max_chars)})
-        for m in obs
-    )
+    return tuple(cap_message(m, max_chars) for m in obs)
 
 
 def check_info(info: Any, where: str) -> dict[str, Any]:
