@@ -39,6 +39,7 @@ SMOKE: dict[str, str] = {
     "sglang_corpus.py": "--requests 4 --steps 5",
     "spec_engine_micro.py": "--batch-sizes 1 --new-tokens 8 --repeats 1 --model {model}",
     "tree_cache_micro.py": "--states 4 --group 2 --length 160 --reps 20 --rows 4",
+    "turn_probe.py": "--model {model} --env srt/RetailCopy-v0 --episodes 2 --threads 1",
 }
 SHELL = {"gpu_check.sh"}  # run by test_gpu_check_runs_dry_on_a_cpu
 

@@ -146,7 +146,10 @@ def test_demo_sources_pass_their_env_options_to_make(tmp_path: Path) -> None:
     assert all(len(d.turns) == 3 for d in two_steps)  # two calculator calls, then the answer
 
 
-def test_drills_keep_the_first_turns_and_train_alone_first(tmp_path: Path) -> None:
+def test_cut_sources_keep_the_first_turns_and_drills_train_alone_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import srt_agent.recipe.build as build_module
     from srt_agent.recipe.demos import collect_demos
 
     full = collect_demos("srt/Retail-v0", 2)
@@ -154,17 +157,34 @@ def test_drills_keep_the_first_turns_and_train_alone_first(tmp_path: Path) -> No
     assert [d.turns[:1] for d in cut] == [d.turns[:1] for d in full]  # the same oracle turns ...
     assert all(len(d.turns) == 2 and d.turns[-1].observation == () for d in cut)  # ... cut after two
     assert DemoSource("srt/Retail-v0", 2, turns=2).label == "srt/Retail-v0/first2"
+    phases: list[set[str]] = []
+    real_train = build_module.train
+
+    def recording_train(model, examples, cfg, **kwargs):  # type: ignore[no-untyped-def]
+        phases.append({e.group for e in examples})
+        return real_train(model, examples, cfg, **kwargs)
+
+    monkeypatch.setattr(build_module, "train", recording_train)
     cfg = replace(
         TINY,
-        demos=(("srt/Calculator-v0", 4), DemoSource("srt/Calculator-v0", 6, turns=1)),
+        demos=(
+            ("srt/Calculator-v0", 4),
+            DemoSource("srt/Calculator-v0", 6, turns=1),
+            DemoSource("srt/RetailCopy-v0", 5, drill=True),
+        ),
         drill_steps=3,
     )
     build_model(tmp_path / "m", config=cfg, show_progress=False)
     meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
-    assert meta["demos"] == {"srt/Calculator-v0": 4, "srt/Calculator-v0/first1": 6}
+    assert meta["demos"] == {"srt/Calculator-v0": 4, "srt/Calculator-v0/first1": 6, "srt/RetailCopy-v0": 5}
     assert meta["steps"] == 3 + TINY.sft.steps  # the drill phase, then every source
+    # The drill alone first (a cut source is not a drill), then every source.
+    assert phases == [
+        {"srt/RetailCopy-v0"},
+        {"srt/Calculator-v0", "srt/Calculator-v0/first1", "srt/RetailCopy-v0"},
+    ]
     with pytest.raises(ValueError, match="needs a drill source"):
-        replace(TINY, drill_steps=3)
+        replace(TINY, drill_steps=3, demos=(DemoSource("srt/Calculator-v0", 4, turns=1),))
     with pytest.raises(ValueError, match="turns=0"):
         replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, turns=0),))
 
@@ -210,11 +230,12 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
 
     config = load_config(Path(__file__).parents[1] / "configs" / "retail.yaml")
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
-    assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0"}
+    assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
+    assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
     gpu = load_config(Path(__file__).parents[1] / "configs" / "retail-gpu.yaml")
     assert gpu.model.build_preset == "retail-gpu" and gpu.env.id == "srt/Retail-v0"
     assert gpu.trainer.device == "cuda" and preset_config("retail-gpu").sft.device == "cuda"
-    assert preset_config("retail-gpu").drill_steps > 0  # its drills are trained first
+    assert preset_config("retail-gpu").drill_steps > 0  # its copying drill is trained first
 
 
 def test_presets_match_the_run_config_choices() -> None:

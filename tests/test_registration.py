@@ -9,7 +9,7 @@ from srt_agent.env.testing import GenericTestEnv
 
 def test_builtins_are_registered_on_import() -> None:
     ids = registered_envs()
-    assert {"srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0"} <= set(ids)
+    assert {"srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0", "srt/RetailCopy-v0"} <= set(ids)
     assert all(i in gym.registry for i in ids)
 
 
@@ -20,7 +20,9 @@ def test_unknown_id_names_the_valid_choices() -> None:
     assert "Did you mean srt/Calculator-v0" in msg and "srt/Retail-v0" in msg and "srt/GuessNumber-v0" in msg
 
 
-@pytest.mark.parametrize("env_id", ["srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0"])
+@pytest.mark.parametrize(
+    "env_id", ["srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0", "srt/RetailCopy-v0"]
+)
 def test_bad_kwargs_through_gymnasium_make_name_the_options(env_id: str) -> None:
     with pytest.raises(EnvConfigError) as info:
         gym.make(env_id, not_an_option=1)

@@ -71,13 +71,17 @@ TOOL_CHOICE_DEMOS: tuple[DemoSource, ...] = (
 
 RETAIL_DEMOS: tuple[DemoSource, ...] = (
     DemoSource("srt/Retail-v0", 5000),
-    # Openings (greeting, look-up by name and zip or email, the user's details): where a small
-    # model first learns to copy names and ids from its context (measured: 0 copies in 2M tokens
-    # of drills, names and emails copied after 7M).
+    # Openings (greeting, look-up by name and zip or email, the user's details): the copies every
+    # task starts with, many per trained token.
     DemoSource("srt/Retail-v0", 10000, turns=3),
+    # The copying drill, trained alone first: lists of Retail ids passed back verbatim (~95
+    # tokens each). Copying forms there in 1,300-1,800 steps; trained on openings and conversations
+    # instead, it had not formed for order ids after 14M tokens (docs/retail.md).
+    DemoSource("srt/RetailCopy-v0", 10000, drill=True),
 )
 """The Retail builds' demonstrations: every task kind (drawn uniformly), the customer's phrasings
-(drawn per episode), full episodes (~830 tokens, ~9 assistant turns) and their openings."""
+(drawn per episode), full episodes (~830 tokens, ~9 assistant turns), their openings, and the
+copying drill."""
 
 REASONING_GYM_ARITHMETIC: dict[str, object] = {
     "tool": "calculator",
@@ -127,10 +131,11 @@ class BuildConfig:
         read_system: Whether the model's chat template renders system prompts and tool lists
             (off for the embedded model: see :func:`srt_agent.recipe.tokenizer.chat_template`).
         sft: Optimisation settings (its ``seed`` is replaced by the build seed).
-        drill_steps: SFT steps on the drill sources alone (those that keep only an episode's
-            first turns, :attr:`DemoSource.turns`) before ``sft`` trains on every source. A small
-            model learns to copy names and ids from its context only after several million
-            tokens; on short drills those tokens cost a third of the time (measured on Retail).
+        drill_steps: SFT steps on the drill sources alone (:attr:`DemoSource.drill`) before
+            ``sft`` trains on every source. A small model learns to copy names and ids from its
+            context late and all at once (an induction circuit); on a one-turn drill of nothing
+            but copying (``srt/RetailCopy-v0``) that happens in 1,300-1,800 steps of short sequences,
+            and carries over, in part, to Retail's conversations (measured: docs/retail.md).
         threads: Torch CPU threads during the build; results are identical run to run for a
             given seed and thread count (a different count changes float summation order).
     """
@@ -158,9 +163,9 @@ class BuildConfig:
         object.__setattr__(self, "demos", sources)
         if self.drill_steps < 0:
             raise ValueError(f"drill_steps={self.drill_steps} must be >= 0")
-        if self.drill_steps and not any(s.turns is not None for s in sources):
+        if self.drill_steps and not any(s.drill for s in sources):
             raise ValueError(
-                f"drill_steps={self.drill_steps} needs a drill source (a DemoSource with turns=N)"
+                f"drill_steps={self.drill_steps} needs a drill source (a DemoSource with drill=True)"
             )
 
 
@@ -188,17 +193,17 @@ PRESETS: dict[str, BuildConfig] = {
         # One layer more than the embedded model: the job is retrieval in context (the item id of
         # the variant whose options the customer named, in a tool's JSON) and copying ids.
         num_layers=4,
-        # 3,500 steps of openings first (~6M tokens, when copying names and emails forms), then
-        # 2,400 of everything: 5.5% held-out against 2.0% without the drills (docs/retail.md).
-        drill_steps=3500,
+        # 3,000 steps of the copying drill first (~5 min), then 2,400 of everything (~6 min).
+        drill_steps=3000,
         sft=SFTConfig(steps=2400, batch_tokens=2600, lr=3e-3, warmup_steps=100),
     ),
     "retail-gpu": replace(
         _GPU,  # the gpu preset's shape and optimiser, on Retail
         demos=RETAIL_DEMOS,
-        # Drills first (short, the copying lesson), then everything: ~24M tokens, ~3 min on an H100
-        # by the gpu preset's rate (not measured yet).
-        drill_steps=400,
+        # The copying drill first, then everything: ~30M tokens, ~3 min on an H100 by the gpu
+        # preset's rate (not measured yet). Copying formed after 1,300-1,800 steps of 2,600 tokens on
+        # CPU; at this batch size it should take fewer steps, not known how many.
+        drill_steps=1000,
         sft=replace(_GPU.sft, steps=1600),
     ),
     "reasoning-gym": BuildConfig(
@@ -450,7 +455,7 @@ def build_model(
         sft_cfg = SFTConfig(**{**asdict(cfg.sft), "seed": seed})
         drill_stats = None
         if cfg.drill_steps:
-            drills = [e for s in cfg.demos if s.turns is not None for e in examples[s.label]]
+            drills = [e for s in cfg.demos if s.drill for e in examples[s.label]]
             console.print(f"drills: {cfg.drill_steps} steps on {len(drills)} short sequences first")
             drill_cfg = SFTConfig(**{**asdict(sft_cfg), "steps": cfg.drill_steps})
             drill_stats = train(model, drills, drill_cfg, pad_id=pad_id, show_progress=show_progress)

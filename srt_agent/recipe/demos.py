@@ -63,9 +63,11 @@ class DemoSource(NamedTuple):
         episodes: Episodes to play.
         demonstrator: A key of :data:`DEMONSTRATORS`.
         options: Env options passed to ``make`` (an env family's difficulty, its tool).
-        turns: Keep only each solved episode's first ``turns`` assistant turns (``None``: all). Drills
-            on the opening of long episodes: the same skills (copying a name, an id) in a short
-            context, many more of them per trained token.
+        turns: Keep only each solved episode's first ``turns`` assistant turns (``None``: all): the
+            opening of long episodes, the same skills (copying a name, an id) in a short context,
+            many more of them per trained token.
+        drill: Train on this source alone first, for the build's ``drill_steps``, then with the
+            others (a skill that forms late, such as copying, learned where it is cheapest).
     """
 
     env_id: str
@@ -73,6 +75,7 @@ class DemoSource(NamedTuple):
     demonstrator: str = "oracle"
     options: Mapping[str, Any] | None = None
     turns: int | None = None
+    drill: bool = False
 
     @property
     def label(self) -> str:
