@@ -28,7 +28,7 @@ from transformers import AutoModelForCausalLM
 
 from srt_agent.chat.template import ChatFormat
 from srt_agent.output.records import write_record
-from srt_agent.recipe.demos import collect_demos
+from srt_agent.recipe.demos import collect_demos, to_transcript
 from srt_agent.tooling.parser import parse_tool_calls
 
 
@@ -47,20 +47,18 @@ def probe(model_dir: Path, env_id: str, episodes: int) -> tuple[dict[str, int], 
     hits: collections.Counter[str] = collections.Counter()
     seen: collections.Counter[str] = collections.Counter()
     for demo in collect_demos(env_id, episodes, seeds=range(episodes)):
-        transcript = fmt.start(demo.opening, demo.tools)
-        for turn in demo.turns:
-            target = [*fmt.encode(turn.action), eot]
-            context = torch.tensor([list(transcript.token_ids)])
+        # The sequence exactly as SFT trains on it; each span is one oracle turn, end of turn included.
+        transcript = to_transcript(fmt, demo)
+        tokens = transcript.token_ids
+        for turn, (start, end) in zip(demo.turns, transcript.turn_spans, strict=True):
+            context = torch.tensor([tokens[:start]])
             with torch.inference_mode():
                 out = model.generate(
-                    context, max_new_tokens=len(target), do_sample=False, eos_token_id=eot, pad_token_id=eot
+                    context, max_new_tokens=end - start, do_sample=False, eos_token_id=eot, pad_token_id=eot
                 )
             kind = turn_kind(turn.action)
             seen[kind] += 1
-            hits[kind] += out[0, context.shape[1] :].tolist() == target
-            transcript = fmt.add_generation(transcript, target, [0.0] * len(target))
-            if turn.observation:
-                transcript = fmt.add_observation(transcript, turn.observation)
+            hits[kind] += tuple(out[0, start:].tolist()) == tokens[start:end]
     return dict(hits), dict(seen)
 
 

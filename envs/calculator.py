@@ -36,7 +36,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, not_below
 from srt_agent.envs.calculator_families import FAMILIES, MAX_STEPS, MIN_STEPS, generate_problem
 from srt_agent.envs.calculator_problems import Problem, cap, pick, with_unit
 from srt_agent.tooling.parser import ParsedTurn, format_tool_call
@@ -85,10 +85,7 @@ class CalculatorConfig(EnvConfig):
     @field_validator("max_steps")
     @classmethod
     def _steps_in_order(cls, value: int, info: ValidationInfo) -> int:
-        low = info.data.get("min_steps")
-        if low is not None and value < low:
-            raise ValueError(f"max_steps ({value}) must be >= min_steps ({low})")
-        return value
+        return not_below(value, info, "min_steps")
 
     @field_validator("families")
     @classmethod

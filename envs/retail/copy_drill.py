@@ -25,7 +25,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, not_below
 from srt_agent.envs.retail.db import Database, generate_database
 from srt_agent.tooling.definition import tool
 from srt_agent.tooling.parser import ParsedTurn, format_tool_call
@@ -54,10 +54,7 @@ class RetailCopyConfig(EnvConfig):
     @field_validator("max_values")
     @classmethod
     def _range_not_empty(cls, value: int, info: ValidationInfo) -> int:
-        low = info.data.get("min_values")
-        if low is not None and value < low:
-            raise ValueError(f"max_values ({value}) must be >= min_values ({low})")
-        return value
+        return not_below(value, info, "min_values")
 
 
 def store_values(db: Database) -> list[str]:

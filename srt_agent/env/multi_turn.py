@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from srt_agent.chat.messages import Message, assistant, format_transcript
 from srt_agent.env.spaces import AnyText, MessagesSpace
@@ -58,6 +58,18 @@ class EnvConfig(BaseModel):
 
 class EnvConfigError(SrtAgentError, ValueError):
     """Bad options were passed to an env's constructor (e.g. via ``gymnasium.make``)."""
+
+
+def not_below(value: int, info: ValidationInfo, low_field: str) -> int:
+    """``value`` if it is at least the option ``low_field`` (validated before it), else a ``ValueError``.
+
+    For an option pair such as ``min_steps``/``max_steps``: call it from the upper option's
+    ``field_validator``; the message names both options and both values.
+    """
+    low = info.data.get(low_field)
+    if low is not None and value < low:
+        raise ValueError(f"{info.field_name} ({value}) must be >= {low_field} ({low})")
+    return value
 
 
 def describe_options(model: type[BaseModel]) -> str:
