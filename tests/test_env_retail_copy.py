@@ -1,12 +1,13 @@
 import json
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from srt_agent.env.episode_loop import run_episode
 from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
 from srt_agent.env.testing import check_multiturn_env
-from srt_agent.envs.retail.copy_drill import STYLES, RetailCopyEnv, render_values, store_values
+from srt_agent.envs.retail.copy_drill import STORE_SEED, STYLES, RetailCopyEnv, render_values, store_values
 from srt_agent.envs.retail.db import generate_database
 from srt_agent.tooling.parser import format_tool_call
 
@@ -117,3 +118,20 @@ def test_bad_options_name_the_valid_ones(options, message) -> None:
 def test_reset_takes_no_options() -> None:
     with pytest.raises(ValueError, match="takes no options"):
         gym.make(ENV_ID).reset(seed=0, options={"values": ["x"]})
+
+
+def test_shared_stores_draw_every_list_from_a_few_fixed_stores() -> None:
+    env = gym.make(ENV_ID, stores=2)
+    pools = [
+        set(store_values(generate_database(np.random.default_rng([STORE_SEED, i]), 8, 6))) for i in range(2)
+    ]
+    used = set()
+    for seed in range(20):
+        env.reset(seed=seed)
+        values = set(base(env).values)
+        owners = [i for i, pool in enumerate(pools) if values <= pool]
+        assert owners, f"seed {seed}: {values} from no fixed store"
+        used.update(owners)
+    assert used == {0, 1}
+    with pytest.raises(EnvConfigError, match="stores"):
+        gym.make(ENV_ID, stores=0)

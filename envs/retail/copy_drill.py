@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from srt_agent.chat.messages import Message, system, user
@@ -37,6 +38,8 @@ SYSTEM_PROMPT = (
 )
 STYLES = ("sentence", "json", "spaces")
 """How the customer writes the list: ``a, b and c.``, ``["a","b","c"]`` or ``a b c``."""
+STORE_SEED = 0x5E7A11
+"""Seeds the fixed stores of the ``stores`` option (with the store's index)."""
 OPENINGS = (
     "Please record these: {values}",
     "Note these down for me: {values}",
@@ -50,6 +53,12 @@ class RetailCopyConfig(EnvConfig):
     max_turns: int = Field(2, ge=1, le=1000, description="Assistant turns before the episode is truncated.")
     min_values: int = Field(3, ge=1, le=32, description="Fewest values in a list.")
     max_values: int = Field(8, ge=1, le=32, description="Most values in a list (>= min_values).")
+    stores: int | None = Field(
+        None,
+        ge=1,
+        description="Draw each list from one of this many fixed stores (None: a fresh store per list). "
+        "Shared stores show the same names and ids in many lists, with different neighbours each time.",
+    )
 
     @field_validator("max_values")
     @classmethod
@@ -125,7 +134,13 @@ class RetailCopyEnv(MultiTurnEnv):
         if options:
             raise ValueError(f"RetailCopyEnv.reset takes no options, got {sorted(options)}")
         rng = self.np_random
-        pool = store_values(generate_database(rng, 8, 6))
+        if self.config.stores is None:
+            db = generate_database(rng, 8, 6)
+        else:  # store i is the same in every episode and every build: seeded by its index alone
+            db = generate_database(
+                np.random.default_rng([STORE_SEED, int(rng.integers(self.config.stores))]), 8, 6
+            )
+        pool = store_values(db)
         k = int(rng.integers(self.config.min_values, self.config.max_values + 1))
         self._values = [pool[i] for i in rng.choice(len(pool), size=min(k, len(pool)), replace=False)]
         self._recorded = None

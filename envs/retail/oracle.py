@@ -21,6 +21,7 @@ from srt_agent.envs.retail.db import describe_item
 from srt_agent.envs.retail.tasks import Task
 from srt_agent.envs.retail.tools import WRITE_TOOLS
 from srt_agent.tooling.parser import format_tool_call, parse_tool_calls
+from srt_agent.tooling.toolset import is_error_message
 
 _EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 _NAME_RE = re.compile(r"(?:name is|I'm|I am)\s+([A-Z][a-z]+)\s+([A-Z][a-z]+)")
@@ -52,7 +53,7 @@ class _View:
                 v.last_user = m.content
             elif m.role == "assistant" and not parse_tool_calls(m.content).has_calls:
                 v.last_agent_text = m.content
-            elif m.role == "tool" and m.name and not m.content.startswith("Error ("):
+            elif m.role == "tool" and m.name and not is_error_message(m):
                 try:
                     v.outputs[m.name] = json.loads(m.content)
                 except json.JSONDecodeError:  # find_user_id_* answer a bare id

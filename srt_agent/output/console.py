@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from srt_agent.chat.messages import Message
+from srt_agent.tooling.toolset import is_error_message
 
 PIPED_WIDTH = 160
 """Columns used when output is not a terminal (a pipe, a log file): rich's default of 80 wraps tables."""
@@ -63,7 +64,7 @@ def print_message(console: Console, message: Message) -> None:
     """Print one message as a titled panel (tool errors in red)."""
     title = message.role if message.name is None else f"{message.role}: {message.name}"
     style = _STYLES.get(message.role, "white")
-    if message.role == "tool" and message.content.startswith("Error ("):
+    if is_error_message(message):
         style = "red"
     # Text(...) rather than a markup string: model output may contain "[...]" that rich would
     # otherwise interpret as markup.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -22,7 +22,9 @@ from srt_agent.env.episode_loop import Policy, run_episode
 from srt_agent.env.multi_turn import MultiTurnEnv, Observation, oracle_policy
 from srt_agent.env.registration import make
 from srt_agent.errors import describe_fault
+from srt_agent.recipe.stumble import stumbling_policy
 from srt_agent.recipe.tokenizer import render_chat
+from srt_agent.tooling.toolset import is_error_message
 
 log = logging.getLogger("srt_agent.recipe")
 
@@ -51,8 +53,10 @@ def mental_policy(env: gym.Env[Observation, str]) -> Policy:
 DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
     "oracle": oracle_policy,
     "mental": mental_policy,
+    "stumble": stumbling_policy,
 }
-"""Who plays the demonstrations, by name: the env's oracle, or its tool-free demonstrator."""
+"""Who plays the demonstrations, by name: the env's oracle, its tool-free demonstrator, or the
+oracle with one call mistyped and retried (:mod:`srt_agent.recipe.stumble`)."""
 
 
 class DemoSource(NamedTuple):
@@ -134,10 +138,13 @@ class DemoTurn:
         action: The oracle's text.
         observation: The env's new messages after it (empty after the last turn, whose answer
             would only cost tokens without training anything).
+        trained: Whether the turn is a training target (loss mask 1); a demonstrator's deliberate
+            mistake is context only, so a model learns the recovery, not the mistake.
     """
 
     action: str
     observation: tuple[Message, ...]
+    trained: bool = True
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,7 @@ class Demo:
         kept = self.turns[:turns]
         if len(kept) == len(self.turns):
             return self
-        kept = (*kept[:-1], DemoTurn(kept[-1].action, ()))
+        kept = (*kept[:-1], DemoTurn(kept[-1].action, (), kept[-1].trained))
         return Demo(self.env_id, self.seed, self.opening, self.tools, kept, self.total_reward)
 
     @property
@@ -216,7 +223,9 @@ def collect_demos(
 
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task). An episode
-        whose env or demonstrator raises is skipped with a warning.
+        whose env or demonstrator raises is skipped with a warning, and so is one where a
+        demonstrator's mistake (its ``mistakes`` turn indexes) drew no tool error: it shows no
+        recovery.
 
     Raises:
         NotImplementedError: The env has no oracle.
@@ -230,10 +239,11 @@ def collect_demos(
         raise TypeError(f"{env_id} is not a MultiTurnEnv ({type(inner).__name__})")
     tools = tuple(inner.tools.schemas())
     demos = []
+    made: list[Policy] = []
     try:
         for seed in seeds if seeds is not None else demo_seeds(count, build_seed):
             try:
-                result = run_episode(env, partial(_demonstrator, policy), seed=seed)
+                result = run_episode(env, partial(_demonstrator, policy, made), seed=seed)
             except _UnusableDemonstrator as exc:  # a configuration error: no task would do better
                 raise exc.cause from None
             except Exception as exc:  # noqa: BLE001 - one broken task must not cost the build its demos
@@ -241,7 +251,9 @@ def collect_demos(
                 continue
             if not inner.is_success(result.total_reward, result.final_info):
                 continue
-            demo = _to_demo(env_id, seed, result.transcript, tools, result.total_reward)
+            demo = _to_demo(env_id, seed, result.transcript, tools, result.total_reward, _mistakes(made[-1]))
+            if demo is None:
+                continue
             demos.append(demo if turns is None else demo.first(turns))
     finally:
         env.close()
@@ -257,17 +269,32 @@ class _UnusableDemonstrator(Exception):
 
 
 def _demonstrator(
-    make_policy: Callable[[gym.Env[Observation, str]], Policy], env: gym.Env[Observation, str]
+    make_policy: Callable[[gym.Env[Observation, str]], Policy],
+    made: list[Policy],
+    env: gym.Env[Observation, str],
 ) -> Policy:
     try:
-        return make_policy(env)
+        policy = make_policy(env)
     except Exception as exc:
         raise _UnusableDemonstrator(exc) from exc
+    made[:] = [policy]
+    return policy
+
+
+def _mistakes(policy: Policy) -> frozenset[int]:
+    """The assistant turns a demonstrator made wrong on purpose (none for an oracle)."""
+    return frozenset(getattr(policy, "mistakes", ()))
 
 
 def _to_demo(
-    env_id: str, seed: int, transcript: Sequence[Message], tools: tuple[dict[str, Any], ...], reward: float
-) -> Demo:
+    env_id: str,
+    seed: int,
+    transcript: Sequence[Message],
+    tools: tuple[dict[str, Any], ...],
+    reward: float,
+    mistakes: frozenset[int] = frozenset(),
+) -> Demo | None:
+    """The episode as a demonstration, its ``mistakes`` untrained; ``None`` if one drew no tool error."""
     first = next(i for i, m in enumerate(transcript) if m.role == "assistant")
     pairs: list[tuple[str, list[Message]]] = []
     for m in transcript[first:]:
@@ -275,8 +302,12 @@ def _to_demo(
             pairs.append((m.content, []))
         else:
             pairs[-1][1].append(m)
+    if any(i >= len(pairs) or not any(is_error_message(m) for m in pairs[i][1]) for i in mistakes):
+        return None
     last = len(pairs) - 1
-    turns = tuple(DemoTurn(a, tuple(obs) if i < last else ()) for i, (a, obs) in enumerate(pairs))
+    turns = tuple(
+        DemoTurn(a, tuple(obs) if i < last else (), i not in mistakes) for i, (a, obs) in enumerate(pairs)
+    )
     return Demo(env_id, seed, tuple(transcript[:first]), tools, turns, reward)
 
 
@@ -290,14 +321,17 @@ def to_transcript(fmt: ChatFormat, demo: Demo) -> TokenTranscript:
     """The demonstration as one token sequence, built turn by turn exactly as a rollout would be.
 
     Assistant turns are tokenized and closed with the end-of-turn token, then appended as if the
-    policy had sampled them (loss mask 1); everything else is rendered by the template (mask 0).
-    ChatFormat checks at every turn that the template is append-only.
+    policy had sampled them (loss mask 1, or 0 for an untrained mistake); everything else is
+    rendered by the template (mask 0). ChatFormat checks at every turn that the template is
+    append-only.
     """
     tr = fmt.start(demo.opening, demo.tools)
     eot = fmt.stop_token_ids[0]
     for turn in demo.turns:
         ids = [*fmt.encode(turn.action), eot]
         tr = fmt.add_generation(tr, ids, [0.0] * len(ids))
+        if not turn.trained:
+            tr = replace(tr, loss_mask=(*tr.loss_mask[: -len(ids)], *(0,) * len(ids)))
         if turn.observation:
             tr = fmt.add_observation(tr, turn.observation)
     return tr

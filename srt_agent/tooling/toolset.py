@@ -30,6 +30,8 @@ from srt_agent.tooling.parser import MalformedCall, ParsedTurn, ToolCall
 
 _MAX_NAME_CHARS = 64
 """Longest tool name echoed back (valid names are at most 64 characters)."""
+ERROR_PREFIX = "Error ("
+"""How a failed call's ``tool`` message begins: ``Error (<kind>): <reason>``."""
 
 ErrorKind = Literal[
     "malformed_call", "unknown_tool", "invalid_arguments", "error", "timeout", "too_many_calls"
@@ -63,6 +65,11 @@ class ToolResult(BaseModel):
     def to_message(self) -> Message:
         """The ``tool`` message that carries this result back to the model."""
         return tool_result(self.content, call_id=self.call_id, name=self.name)
+
+
+def is_error_message(message: Message) -> bool:
+    """Whether ``message`` is a tool's answer to a call that failed (see :class:`ToolResult`)."""
+    return message.role == "tool" and message.content.startswith(ERROR_PREFIX)
 
 
 def _run_coroutine(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -179,7 +186,7 @@ class ToolSet:
         return ToolResult(
             call_id=call_id,
             name=name[:_MAX_NAME_CHARS],
-            content=cap_text(f"Error ({kind}): {reason}", self.max_output_chars),
+            content=cap_text(f"{ERROR_PREFIX}{kind}): {reason}", self.max_output_chars),
             error=kind,
             elapsed_s=time.perf_counter() - t0,
         )
