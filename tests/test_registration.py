@@ -9,7 +9,13 @@ from srt_agent.env.testing import GenericTestEnv
 
 def test_builtins_are_registered_on_import() -> None:
     ids = registered_envs()
-    assert {"srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0", "srt/RetailCopy-v0"} <= set(ids)
+    assert {
+        "srt/Calculator-v0",
+        "srt/Retail-v0",
+        "srt/GuessNumber-v0",
+        "srt/RetailCopy-v0",
+        "srt/RetailLookup-v0",
+    } <= set(ids)
     assert all(i in gym.registry for i in ids)
 
 
@@ -21,7 +27,8 @@ def test_unknown_id_names_the_valid_choices() -> None:
 
 
 @pytest.mark.parametrize(
-    "env_id", ["srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0", "srt/RetailCopy-v0"]
+    "env_id",
+    ["srt/Calculator-v0", "srt/Retail-v0", "srt/GuessNumber-v0", "srt/RetailCopy-v0", "srt/RetailLookup-v0"],
 )
 def test_bad_kwargs_through_gymnasium_make_name_the_options(env_id: str) -> None:
     with pytest.raises(EnvConfigError) as info:

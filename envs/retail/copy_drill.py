@@ -18,7 +18,7 @@ Retail builds' first stage (``srt/RetailCopy-v0`` in :data:`srt_agent.recipe.bui
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, not_below
 from srt_agent.envs.retail.db import Database, generate_database
-from srt_agent.tooling.definition import tool
+from srt_agent.tooling.definition import Tool, tool
 from srt_agent.tooling.parser import ParsedTurn, format_tool_call
 from srt_agent.tooling.toolset import ToolResult, ToolSet
 
@@ -91,6 +91,22 @@ def render_values(values: Sequence[str], style: str) -> str:
     raise ValueError(f"style={style!r} is not one of {list(STYLES)}")
 
 
+def record_values_tool(keep: Callable[[list[str]], None]) -> Tool:
+    """The drills' answer tool, ``record_values(values)``: hands a copy of the list to ``keep``."""
+
+    @tool
+    def record_values(values: list[str]) -> str:
+        """Record the values the user listed, in order and exactly as written.
+
+        Args:
+            values: The values, e.g. ['#W1234567', 'emma_smith_1234'].
+        """
+        keep(list(values))
+        return "recorded"
+
+    return record_values
+
+
 class RetailCopyEnv(MultiTurnEnv):
     """Repeat a list of Retail values to the ``record_values`` tool (see the module docstring).
 
@@ -117,17 +133,10 @@ class RetailCopyEnv(MultiTurnEnv):
     def build_tools(self) -> ToolSet:
         """One tool, ``record_values(values)``."""
 
-        @tool
-        def record_values(values: list[str]) -> str:
-            """Record the values the user listed, in order and exactly as written.
+        def keep(values: list[str]) -> None:
+            self._recorded = values
 
-            Args:
-                values: The values, e.g. ['#W1234567', 'emma_smith_1234'].
-            """
-            self._recorded = list(values)
-            return "recorded"
-
-        return ToolSet([record_values])
+        return ToolSet([record_values_tool(keep)])
 
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """Draw a store, the values and how they are written (reset takes no options)."""
