@@ -107,7 +107,52 @@ def record_values_tool(keep: Callable[[list[str]], None]) -> Tool:
     return record_values
 
 
-class RetailCopyEnv(MultiTurnEnv):
+def drill_store(rng: np.random.Generator, stores: int | None) -> Database:
+    """A drill's store: fresh from ``rng``, or one of ``stores`` fixed ones (the same in every build)."""
+    if stores is None:
+        return generate_database(rng, 8, 6)
+    # Store i is seeded by its index alone, so it is the same in every episode and every build.
+    return generate_database(np.random.default_rng([STORE_SEED, int(rng.integers(stores))]), 8, 6)
+
+
+class RecordingDrill(MultiTurnEnv):
+    """A drill answered by ``record_values``: the first recorded list scores 1 iff it equals :attr:`values`.
+
+    Subclasses set ``self._values`` (and clear ``self._recorded``) in ``new_task`` and may add tools
+    with :meth:`tools_with_record`.
+    """
+
+    def __init__(self, render_mode: str | None = None, **options: Any):
+        self._values: list[str] | None = None
+        self._recorded: list[str] | None = None
+        super().__init__(render_mode=render_mode, **options)
+
+    @property
+    def values(self) -> list[str]:
+        """What the current task must record."""
+        if self._values is None:
+            raise RuntimeError(f"{type(self).__name__}: no task yet; call reset() first")
+        return self._values
+
+    def tools_with_record(self, *tools: Tool) -> ToolSet:
+        """``tools`` and ``record_values``, whose list this env scores."""
+
+        def keep(values: list[str]) -> None:
+            self._recorded = values
+
+        return ToolSet([*tools, record_values_tool(keep)])
+
+    def on_tool_results(self, turn: ParsedTurn, results: list[ToolResult]) -> Transition:
+        """Score the first recorded list and end the episode; other calls get their answers back."""
+        messages = [r.to_message() for r in results]
+        if self._recorded is None:
+            return Transition(messages=messages)
+        exact = self._recorded == self.values
+        info = {"copied": sum(a == b for a, b in zip(self._recorded, self.values, strict=False))}
+        return Transition(messages=messages, reward=1.0 if exact else 0.0, terminated=True, info=info)
+
+
+class RetailCopyEnv(RecordingDrill):
     """Repeat a list of Retail values to the ``record_values`` tool (see the module docstring).
 
     Args:
@@ -116,39 +161,18 @@ class RetailCopyEnv(MultiTurnEnv):
     """
 
     config_model = RetailCopyConfig
-
-    def __init__(self, render_mode: str | None = None, **options: Any):
-        self._values: list[str] | None = None
-        self._recorded: list[str] | None = None
-        super().__init__(render_mode=render_mode, **options)
-        self.config: RetailCopyConfig
-
-    @property
-    def values(self) -> list[str]:
-        """The current task's list."""
-        if self._values is None:
-            raise RuntimeError("RetailCopyEnv: no task yet; call reset() first")
-        return self._values
+    config: RetailCopyConfig
 
     def build_tools(self) -> ToolSet:
         """One tool, ``record_values(values)``."""
-
-        def keep(values: list[str]) -> None:
-            self._recorded = values
-
-        return ToolSet([record_values_tool(keep)])
+        return self.tools_with_record()
 
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """Draw a store, the values and how they are written (reset takes no options)."""
         if options:
             raise ValueError(f"RetailCopyEnv.reset takes no options, got {sorted(options)}")
         rng = self.np_random
-        if self.config.stores is None:
-            db = generate_database(rng, 8, 6)
-        else:  # store i is the same in every episode and every build: seeded by its index alone
-            db = generate_database(
-                np.random.default_rng([STORE_SEED, int(rng.integers(self.config.stores))]), 8, 6
-            )
+        db = drill_store(rng, self.config.stores)
         pool = store_values(db)
         k = int(rng.integers(self.config.min_values, self.config.max_values + 1))
         self._values = [pool[i] for i in rng.choice(len(pool), size=min(k, len(pool)), replace=False)]
@@ -161,15 +185,6 @@ class RetailCopyEnv(MultiTurnEnv):
     def on_message(self, text: str) -> Transition:
         """A turn without a call: ask for the call."""
         return Transition(messages=[user("Please pass the values to record_values.")])
-
-    def on_tool_results(self, turn: ParsedTurn, results: list[ToolResult]) -> Transition:
-        """Score the first recorded list and end the episode; a failed call gets its error back."""
-        messages = [r.to_message() for r in results]
-        if self._recorded is None:
-            return Transition(messages=messages)
-        exact = self._recorded == self.values
-        info = {"copied": sum(a == b for a, b in zip(self._recorded, self.values, strict=False))}
-        return Transition(messages=messages, reward=1.0 if exact else 0.0, terminated=True, info=info)
 
     def oracle(self) -> Policy:
         """Calls ``record_values`` with the list."""

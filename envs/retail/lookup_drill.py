@@ -24,13 +24,13 @@ from pydantic import Field
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
-from srt_agent.envs.retail.copy_drill import STORE_SEED, record_values_tool
-from srt_agent.envs.retail.db import Database, User, describe_item, generate_database
+from srt_agent.env.multi_turn import EnvConfig, Transition
+from srt_agent.envs.retail.copy_drill import RecordingDrill, drill_store
+from srt_agent.envs.retail.db import Database, User, describe_item
 from srt_agent.envs.retail.tools import RetailSession
 from srt_agent.tooling.definition import tool
-from srt_agent.tooling.parser import ParsedTurn, format_tool_call
-from srt_agent.tooling.toolset import ToolResult, ToolSet
+from srt_agent.tooling.parser import format_tool_call
+from srt_agent.tooling.toolset import ToolSet
 
 SYSTEM_PROMPT = (
     "The user names a store record and something in it. Read the record with its tool, then pass the ids "
@@ -71,7 +71,7 @@ class RetailLookupConfig(EnvConfig):
     )
 
 
-class RetailLookupEnv(MultiTurnEnv):
+class RetailLookupEnv(RecordingDrill):
     """Read a record, record the named ids (see the module docstring).
 
     Args:
@@ -81,20 +81,12 @@ class RetailLookupEnv(MultiTurnEnv):
 
     config_model = RetailLookupConfig
 
+    config: RetailLookupConfig
+
     def __init__(self, render_mode: str | None = None, **options: Any):
-        self._values: list[str] | None = None
-        self._recorded: list[str] | None = None
         self._read: tuple[str, dict[str, str]] | None = None
         self._session = RetailSession(Database(users={}, products={}, orders={}))
         super().__init__(render_mode=render_mode, **options)
-        self.config: RetailLookupConfig
-
-    @property
-    def values(self) -> list[str]:
-        """The ids the current task asks for."""
-        if self._values is None:
-            raise RuntimeError("RetailLookupEnv: no task yet; call reset() first")
-        return self._values
 
     def build_tools(self) -> ToolSet:
         """Retail's three record readers (the customer's records readable) and ``record_values``."""
@@ -126,22 +118,14 @@ class RetailLookupEnv(MultiTurnEnv):
             """
             return self._session.product_details(product_id)
 
-        def keep(values: list[str]) -> None:
-            self._recorded = values
-
-        return ToolSet([get_user_details, get_order_details, get_product_details, record_values_tool(keep)])
+        return self.tools_with_record(get_user_details, get_order_details, get_product_details)
 
     def new_task(self, options: dict[str, Any]) -> tuple[str, Sequence[Message]]:
         """Draw a store, a record in it and what to look up (reset takes no options)."""
         if options:
             raise ValueError(f"RetailLookupEnv.reset takes no options, got {sorted(options)}")
         rng = self.np_random
-        if self.config.stores is None:
-            db = generate_database(rng, 8, 6)
-        else:
-            db = generate_database(
-                np.random.default_rng([STORE_SEED, int(rng.integers(self.config.stores))]), 8, 6
-            )
+        db = drill_store(rng, self.config.stores)
         kind = LOOKUP_KINDS[int(rng.integers(len(LOOKUP_KINDS)))]
         customer = list(db.users.values())[int(rng.integers(len(db.users)))]
         self._session = RetailSession(db)
@@ -185,14 +169,6 @@ class RetailLookupEnv(MultiTurnEnv):
     def on_message(self, text: str) -> Transition:
         """A turn without a call: ask for the look-up."""
         return Transition(messages=[user("Please look it up and pass the ids to record_values.")])
-
-    def on_tool_results(self, turn: ParsedTurn, results: list[ToolResult]) -> Transition:
-        """Score the first recorded list and end the episode; a read or a failed call gets its answer."""
-        messages = [r.to_message() for r in results]
-        if self._recorded is None:
-            return Transition(messages=messages)
-        exact = self._recorded == self.values
-        return Transition(messages=messages, reward=1.0 if exact else 0.0, terminated=True)
 
     def oracle(self) -> Policy:
         """Reads the record, then records the ids."""

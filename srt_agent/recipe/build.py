@@ -77,9 +77,9 @@ RETAIL_DEMOS: tuple[DemoSource, ...] = (
     # The copying drill, trained alone first: lists of Retail ids passed back verbatim (~95
     # tokens each). Copying forms there in 1,300-1,800 steps; trained on openings and conversations
     # instead, it had not formed for order ids after 14M tokens (docs/retail.md). Lists drawn from
-    # 500 fixed stores (each value in ~20 lists, with other neighbours each time): two builds so
-    # drilled kept every copy through the second stage, four drilled on a fresh store per list
-    # lost names and user ids to a name prior (docs/results.md).
+    # 500 fixed stores (each value in ~20 lists, with other neighbours each time): at build seed 0
+    # two builds so drilled kept every copy through the second stage where four drilled on a fresh
+    # store per list lost last names to a prior; seed 1 still loses them (docs/results.md).
     DemoSource("srt/RetailCopy-v0", 10000, options={"stores": 500}, drill=True),
 )
 """The Retail builds' demonstrations: every task kind (drawn uniformly), the customer's phrasings
