@@ -1,13 +1,12 @@
 import json
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 from srt_agent.env.episode_loop import run_episode
 from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
 from srt_agent.env.testing import check_multiturn_env
-from srt_agent.envs.retail.copy_drill import STORE_SEED, STYLES, RetailCopyEnv, render_values, store_values
+from srt_agent.envs.retail.copy_drill import STYLES, RetailCopyEnv, fixed_store, render_values, store_values
 from srt_agent.envs.retail.db import generate_database
 from srt_agent.tooling.parser import format_tool_call
 
@@ -122,9 +121,7 @@ def test_reset_takes_no_options() -> None:
 
 def test_shared_stores_draw_every_list_from_a_few_fixed_stores() -> None:
     env = gym.make(ENV_ID, stores=2)
-    pools = [
-        set(store_values(generate_database(np.random.default_rng([STORE_SEED, i]), 8, 6))) for i in range(2)
-    ]
+    pools = [set(store_values(fixed_store(i))) for i in range(2)]
     used = set()
     for seed in range(20):
         env.reset(seed=seed)

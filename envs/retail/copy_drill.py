@@ -26,7 +26,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition, not_below
+from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Observation, Transition, not_below
 from srt_agent.envs.retail.db import Database, generate_database
 from srt_agent.tooling.definition import Tool, tool
 from srt_agent.tooling.parser import ParsedTurn, format_tool_call
@@ -47,18 +47,23 @@ OPENINGS = (
 )
 
 
-class RetailCopyConfig(EnvConfig):
+class DrillStoreConfig(EnvConfig):
+    """The store option every Retail drill has."""
+
+    stores: int | None = Field(
+        None,
+        ge=1,
+        description="Draw each task from one of this many fixed stores (None: a fresh store per task). "
+        "Shared stores show the same names and ids in many tasks, with different neighbours each time.",
+    )
+
+
+class RetailCopyConfig(DrillStoreConfig):
     """Options of ``srt/RetailCopy-v0``."""
 
     max_turns: int = Field(2, ge=1, le=1000, description="Assistant turns before the episode is truncated.")
     min_values: int = Field(3, ge=1, le=32, description="Fewest values in a list.")
     max_values: int = Field(8, ge=1, le=32, description="Most values in a list (>= min_values).")
-    stores: int | None = Field(
-        None,
-        ge=1,
-        description="Draw each list from one of this many fixed stores (None: a fresh store per list). "
-        "Shared stores show the same names and ids in many lists, with different neighbours each time.",
-    )
 
     @field_validator("max_values")
     @classmethod
@@ -107,19 +112,20 @@ def record_values_tool(keep: Callable[[list[str]], None]) -> Tool:
     return record_values
 
 
+def fixed_store(index: int) -> Database:
+    """Fixed store ``index``: seeded by its index alone, so the same in every episode and every build."""
+    return generate_database(np.random.default_rng([STORE_SEED, index]), 8, 6)
+
+
 def drill_store(rng: np.random.Generator, stores: int | None) -> Database:
-    """A drill's store: fresh from ``rng``, or one of ``stores`` fixed ones (the same in every build)."""
-    if stores is None:
-        return generate_database(rng, 8, 6)
-    # Store i is seeded by its index alone, so it is the same in every episode and every build.
-    return generate_database(np.random.default_rng([STORE_SEED, int(rng.integers(stores))]), 8, 6)
+    """A drill's store: fresh from ``rng``, or one of the first ``stores`` fixed ones."""
+    return generate_database(rng, 8, 6) if stores is None else fixed_store(int(rng.integers(stores)))
 
 
 class RecordingDrill(MultiTurnEnv):
     """A drill answered by ``record_values``: the first recorded list scores 1 iff it equals :attr:`values`.
 
-    Subclasses set ``self._values`` (and clear ``self._recorded``) in ``new_task`` and may add tools
-    with :meth:`tools_with_record`.
+    Subclasses set ``self._values`` in ``new_task`` and may add tools with :meth:`tools_with_record`.
     """
 
     def __init__(self, render_mode: str | None = None, **options: Any):
@@ -133,6 +139,13 @@ class RecordingDrill(MultiTurnEnv):
         if self._values is None:
             raise RuntimeError(f"{type(self).__name__}: no task yet; call reset() first")
         return self._values
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start a new episode with nothing recorded."""
+        self._recorded = None
+        return super().reset(seed=seed, options=options)
 
     def tools_with_record(self, *tools: Tool) -> ToolSet:
         """``tools`` and ``record_values``, whose list this env scores."""
@@ -176,7 +189,6 @@ class RetailCopyEnv(RecordingDrill):
         pool = store_values(db)
         k = int(rng.integers(self.config.min_values, self.config.max_values + 1))
         self._values = [pool[i] for i in rng.choice(len(pool), size=min(k, len(pool)), replace=False)]
-        self._recorded = None
         style = STYLES[int(rng.integers(len(STYLES)))]
         opening = OPENINGS[int(rng.integers(len(OPENINGS)))]
         text = opening.format(values=render_values(self._values, style))

@@ -24,8 +24,8 @@ from pydantic import Field
 
 from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
-from srt_agent.env.multi_turn import EnvConfig, Transition
-from srt_agent.envs.retail.copy_drill import RecordingDrill, drill_store
+from srt_agent.env.multi_turn import Transition
+from srt_agent.envs.retail.copy_drill import DrillStoreConfig, RecordingDrill, drill_store
 from srt_agent.envs.retail.db import Database, User, describe_item
 from srt_agent.envs.retail.tools import RetailSession
 from srt_agent.tooling.definition import tool
@@ -60,15 +60,10 @@ _OPENINGS: dict[LookupKind, tuple[str, ...]] = {
 }
 
 
-class RetailLookupConfig(EnvConfig):
+class RetailLookupConfig(DrillStoreConfig):
     """Options of ``srt/RetailLookup-v0``."""
 
     max_turns: int = Field(3, ge=1, le=1000, description="Assistant turns before the episode is truncated.")
-    stores: int | None = Field(
-        None,
-        ge=1,
-        description="Draw each task from one of this many fixed stores (None: a fresh store each).",
-    )
 
 
 class RetailLookupEnv(RecordingDrill):
@@ -132,7 +127,6 @@ class RetailLookupEnv(RecordingDrill):
         self._session.auth_user_id = customer.user_id  # the customer's own records are readable
         record, what = self._draw(db, customer, kind, rng)
         opening = _OPENINGS[kind][int(rng.integers(len(_OPENINGS[kind])))]
-        self._recorded = None
         text = opening.format(record=record, what=what)
         return f"retail-lookup-{kind}-{int(rng.integers(10**9)):09d}", [system(SYSTEM_PROMPT), user(text)]
 
