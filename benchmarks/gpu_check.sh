@@ -66,6 +66,15 @@ stage() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 } >>"$log" 2>&1
 
+# The built-in envs and tools live in envs/ and tools/ and are importable as srt_agent.envs /
+# srt_agent.tools only once the package is installed (pyproject's package-dir): on a bare machine,
+# install it in place, offline, without its dependencies (those must already be importable).
+if ! "$py" -c "import srt_agent.envs" >/dev/null 2>&1; then
+    echo "=== install: pip install -e . ($(date +%T))" | tee -a "$log"
+    "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . >>"$log" 2>&1
+    "$py" -c "import srt_agent.envs" >>"$log" 2>&1 || echo "=== install: srt_agent.envs NOT importable" | tee -a "$log"
+fi
+
 # The native core (srt_agent._native), compiled here for this machine's Python if it can be (needs
 # pybind11 importable and Python's headers); without it the engine runs its Python twins.
 if [[ -f setup.py && ${NATIVE_BUILD:-1} != 0 ]]; then

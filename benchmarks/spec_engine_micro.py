@@ -23,9 +23,10 @@ Run: ``python benchmarks/spec_engine_micro.py [--batch-sizes 1 8] [--device cuda
 ``--model DIR`` measures that checkpoint instead of the random one (prompts stay random tokens).
 JSON keys (``--json``, also printed): ``{off,perfect,random}_{key}_b{batch}`` with ``key`` one of
 ``tokens_per_forward``, ``tok_s``, ``tok_s_vs_off``, ``cpu_tok_s``, ``cpu_tok_s_vs_off``,
-``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, ``step_cost_vs_off`` (one of its steps in plain
-decode steps, host and device: tokens per forward / wall speed-up; ``perfect``'s is the verify
-step's price at the full draft width), and with static steps (``--static``, always on a
+``cold_tok_s``, ``cold_cpu_tok_s``, ``identical``, ``decode_steps`` (decode and verify steps of
+one generation), ``step_cost_vs_off`` (one of its steps in plain decode steps, host and device:
+off's steps / its steps / wall speed-up; ``perfect``'s is the verify step's price at the full
+draft width), and with static steps (``--static``, always on a
 GPU) ``host_us_per_token``: the engine's step time less the device's (launches and waits), per
 generated token, i.e. the host's Python work; with ``--profile DIR``, ``{off,perfect}_device_ms_per_step``
 (kernel time per decode/verify step, from torch.profiler; tables in DIR) and ``_steps``; and the
@@ -118,6 +119,7 @@ class _Rate:
     tokens_per_forward: float
     host_us_per_token: float  # engine step time less device time, per generated token
     outs: list[GenerationOutput]
+    steps: int  # decode and verify steps of the generation
 
 
 def _decode_rate(
@@ -136,6 +138,7 @@ def _decode_rate(
         stats.tokens_per_forward,
         1e6 * host,
         outs,
+        stats.target_forwards,
     )
 
 
@@ -250,6 +253,7 @@ def run(
                 cpu_rates: dict[str, list[float]] = {name: [] for name in engines}
                 host: dict[str, list[float]] = {name: [] for name in engines}
                 per_forward: dict[str, float] = {}
+                steps: dict[str, list[int]] = {name: [] for name in engines}
                 for r in range(repeats + 1):  # round 0 is each engine's first (cold) generation
                     order = list(engines) if r % 2 == 0 else list(engines)[::-1]
                     for name in order:
@@ -267,6 +271,7 @@ def run(
                             cpu_rates[name].append(cpu)
                             host[name].append(got.host_us_per_token)
                             per_forward[name] = tpf
+                            steps[name].append(got.steps)
                 if profile is not None:
                     for name in ("off", "perfect"):
                         record.update(
@@ -283,9 +288,13 @@ def run(
                             median / statistics.median(values["off"]), 3
                         )
                     # What one of its steps costs in plain decode steps (host and device, by wall
-                    # clock): its tokens per forward over its speed-up.
+                    # clock): off's steps over its own, over its speed-up. (Not tokens per forward
+                    # over the speed-up: a row whose draft fails runs on alone at one token per
+                    # step, so the steps are more than the tokens per forward imply.)
                     speedup = statistics.median(rates[name]) / statistics.median(rates["off"])
-                    record[f"{name}_step_cost_vs_off_b{b}"] = round(per_forward[name] / speedup, 3)
+                    fewer = statistics.median(steps["off"]) / max(statistics.median(steps[name]), 1)
+                    record[f"{name}_step_cost_vs_off_b{b}"] = round(fewer / speedup, 3)
+                    record[f"{name}_decode_steps_b{b}"] = int(statistics.median(steps[name]))
             finally:
                 for eng in engines.values():
                     eng.close()
@@ -333,6 +342,8 @@ def main() -> None:
         "vs off",
         "cold tok/s",
         "cold cpu",
+        "identical",
+        "step cost",
     )
     print("".join(f"{h:>11}" for h in header))
     for b in args.batch_sizes:
@@ -348,6 +359,7 @@ def main() -> None:
                     "cold_tok_s",
                     "cold_cpu_tok_s",
                     "identical",
+                    "step_cost_vs_off",
                 )
             ]
             print("".join(f"{c:>11}" for c in cells))

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from srt_agent.cli import app
 from srt_agent.config.sections import SpecSection
-from srt_agent.speed.rollout_report import bench_rollout, headline, limits, markdown_table
+from srt_agent.speed.rollout_report import bench_rollout, headline, limits, markdown_table, step_split_line
 from srt_agent.speed.rollout_speed import CONFIGS, RolloutBenchConfig, run_rollout_bench
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -98,6 +98,13 @@ def test_rollouts_on_static_steps_capture_nothing_mid_run(model_dir: Path) -> No
     assert all(t.status in ("ok", "truncated") for t in batch.trajectories) and batch.metrics.live_tokens > 0
     assert verified.verify_forwards > 0 and verified.nodes_accepted > 0  # the verify shapes ran
     assert after.unwarmed_shapes == 0 and after.prefill_forwards > 0
+    # The per-step split: decode and verify steps and prefills timed apart, each with the static
+    # steps' device share (their whole forward here, uncaptured on a CPU) inside it.
+    v = verified
+    assert 0 < v.verify_device_s <= v.verify_step_s and 0 < v.decode_device_s <= v.decode_step_s
+    assert 0 < v.prefill_device_s <= v.prefill_s
+    assert v.decode_step_s + v.verify_step_s + v.prefill_s <= v.step_s
+    assert abs(v.decode_device_s + v.verify_device_s + v.prefill_device_s - v.device_s) < 1e-6
 
 
 def test_results_per_round_and_the_table(model_dir: Path) -> None:
@@ -128,7 +135,16 @@ def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
     tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}
     assert all(tokens[("off", k)] == tokens[("srt", k)] for k in range(3))
     assert sum(r.metrics.spec.nodes_accepted for r in results if r.config == "srt") > 0
-    assert headline(config, results)["tokens_per_forward"] > 1.5
+    record = headline(config, results)
+    assert record["tokens_per_forward"] > 1.5
+    # Each kind of step priced apart (no static steps here: no device share).
+    assert record["srt_ms_per_verify_step"] > 0 and record["off_ms_per_decode_step"] > 0
+    assert record["srt_verify_step_cost"] == pytest.approx(
+        record["srt_ms_per_verify_step"] / record["off_ms_per_decode_step"], abs=1e-3
+    )
+    assert record["off_ms_per_prefill"] > 0 and record["off_device_ms_per_prefill"] == 0
+    assert "off_ms_per_verify_step" not in record  # off never verifies
+    assert "a verify step costs" in step_split_line(record)
 
 
 def test_bad_settings_and_a_missing_model_are_clear_errors(tmp_path: Path) -> None:

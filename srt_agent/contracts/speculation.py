@@ -48,6 +48,13 @@ class SpecStats:
         device_s: Of ``step_s``, time launching static steps and waiting for their
             results (on a CPU, their whole forward); ``step_s - device_s`` is the
             host's own work when every step is static (``cuda_graphs``).
+        decode_step_s: Time in plain decode steps (one token per row; graph captures excluded).
+        verify_step_s: Time in verify steps (a drafted tree per row: the forward, the draws and
+            the walk; graph captures excluded). With ``decode_step_s``, what one verify step
+            costs in decode steps.
+        decode_device_s: Of ``decode_step_s``, the device's share (as ``device_s``).
+        verify_device_s: Of ``verify_step_s``, the device's share.
+        prefill_device_s: Of ``prefill_s``, the device's share (static prefills only).
     """
 
     target_forwards: int = 0
@@ -73,6 +80,11 @@ class SpecStats:
     idle_s: float = 0.0
     step_s: float = 0.0
     device_s: float = 0.0
+    decode_step_s: float = 0.0
+    verify_step_s: float = 0.0
+    decode_device_s: float = 0.0
+    verify_device_s: float = 0.0
+    prefill_device_s: float = 0.0
 
     @property
     def tokens_per_forward(self) -> float:
@@ -96,9 +108,12 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
     Zero counts are left out of ``drafts_by_source`` and trailing zeros off the histogram, so a
     difference of two snapshots lists only what happened in between.
     """
-    # Every integer counter (annotations are strings under ``from __future__ import annotations``).
+    # Every integer counter and every time (annotations are strings: ``from __future__ import annotations``).
     ints = {
         f.name: getattr(a, f.name) + sign * getattr(b, f.name) for f in fields(SpecStats) if f.type == "int"
+    }
+    seconds = {
+        f.name: getattr(a, f.name) + sign * getattr(b, f.name) for f in fields(SpecStats) if f.type == "float"
     }
     hist = [0] * max(len(a.acceptance_histogram), len(b.acceptance_histogram))
     for k, n in enumerate(a.acceptance_histogram):
@@ -114,13 +129,7 @@ def _combine(a: SpecStats, b: SpecStats, sign: int) -> SpecStats:
         **ints,
         acceptance_histogram=tuple(hist),
         drafts_by_source={s: n for s, n in sources.items() if n},
-        draft_s=a.draft_s + sign * b.draft_s,
-        forward_s=a.forward_s + sign * b.forward_s,
-        verify_s=a.verify_s + sign * b.verify_s,
-        prefill_s=a.prefill_s + sign * b.prefill_s,
-        idle_s=a.idle_s + sign * b.idle_s,
-        step_s=a.step_s + sign * b.step_s,
-        device_s=a.device_s + sign * b.device_s,
+        **seconds,
     )
 
 

@@ -261,6 +261,7 @@ class Scheduler:
         On static steps (CUDA graphs) when the group fits them, else eagerly.
         """
         start_time = time.perf_counter()
+        device = _device_s(self.graphs)
         row_start, k = len(self.rows), len(group)
         reused = [s.reuse.length if s.reuse is not None else 0 for s in group]
         new = [len(s.request.prompt_ids) - r for s, r in zip(group, reused, strict=True)]
@@ -293,7 +294,7 @@ class Scheduler:
         self.prefill_forwards += 1
         self.counters.add(prefill_forwards=1)
         seconds = time.perf_counter() - start_time
-        self.counters.add_time(prefill=seconds)  # read back: synced
+        self.counters.add_time(prefill=seconds, prefill_device=_device_s(self.graphs) - device)  # synced
         ahead = sum(n for s, n in zip(group, new, strict=True) if s.request.priority == "runahead")
         self.runahead_gate.prefill(seconds, ahead, sum(new))
         self._finish_step(
@@ -328,6 +329,7 @@ class Scheduler:
         spec = self.speculator
         try:
             drafts = spec.drafts(self.rows) if spec is not None else None
+            device = _device_s(self.graphs)
             # The cost model must not see graph captures, and reads its own clock.
             timer = CaptureFreeTimer(self.graphs, spec.clock if spec is not None else time.perf_counter)
             if spec is not None and drafts is not None:
@@ -336,6 +338,7 @@ class Scheduler:
             else:
                 emitted, width = self._plain_decode(), 1
             seconds = timer.seconds()
+            device = _device_s(self.graphs) - device
         except Exception as exc:  # a failed batched forward cannot be pinned on one row
             log.exception("decode step failed")
             self.abort_all(f"decode step failed: {type(exc).__name__}: {exc}")
@@ -348,6 +351,10 @@ class Scheduler:
         self.decode_steps += 1
         self.peak_batch = max(self.peak_batch, b)
         self.counters.add(target_forwards=1)
+        if drafts is not None:
+            self.counters.add_time(verify_step=seconds, verify_device=device)
+        else:
+            self.counters.add_time(decode_step=seconds, decode_device=device)
         self._finish_step(0, emitted)
 
     def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
@@ -527,6 +534,11 @@ def _next_uniforms(seqs: Sequence[SequenceState]) -> list[float] | None:
     if all(s.request.params.temperature == 0 for s in seqs):
         return None
     return [s.next_uniform() if s.request.params.temperature > 0 else 0.0 for s in seqs]
+
+
+def _device_s(graphs: StepGraphs | None) -> float:
+    """The static steps' device time so far (0 without them: the split is then unknown)."""
+    return graphs.device_s if graphs is not None else 0.0
 
 
 def _prefill_groups(seqs: list[SequenceState], budget: int, span: int) -> list[list[SequenceState]]:

@@ -86,7 +86,11 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens),
       ``<config>_engine_idle_s`` (the engine waited with no sequence to run: every one was with the
       driver, in env steps and tokenization), ``<config>_driver_only_s`` (no request was with the
-      engine and no env step ran: chat-template rendering, tokenization, the event loop).
+      engine and no env step ran: chat-template rendering, tokenization, the event loop), and the
+      per-step split of :func:`step_split` (``<config>_ms_per_decode_step``,
+      ``<config>_ms_per_verify_step``, ``<config>_ms_per_prefill`` and their ``device_ms`` twins).
+    * ``srt_verify_step_cost``: ``srt_ms_per_verify_step`` / ``off_ms_per_decode_step``, what one
+      verify step costs in plain decode steps at this batch (host and device).
     * :func:`bench_rollout` adds each TorchEngine configuration's static-step counters
       (``<config>_graph_replays`` and the others of
       :func:`~srt_agent.speed.rollout_speed.run_rollout_bench`'s ``engine_figures``), and the
@@ -127,6 +131,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_ms_per_forward": round(1000 * t["forward_s"] / t["target_forwards"], 3)
                 if t["target_forwards"]
                 else 0.0,
+                **step_split(c, t),
             }
         )
     if "srt" in tot:
@@ -156,6 +161,9 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             steps = [r.metrics.spec for r in per if r.config == "off"]
             decode = sum(x.forward_s + x.verify_s for x in steps)
             out[f"srt_speedup_ceiling_{_env_key(env)}"] = _ceiling(o, decode)
+    if "srt" in tot and out.get("off_ms_per_decode_step") and out.get("srt_ms_per_verify_step"):
+        # What a verify step costs in plain decode steps at this workload's batch (host and device).
+        out["srt_verify_step_cost"] = round(out["srt_ms_per_verify_step"] / out["off_ms_per_decode_step"], 3)
     if "srt" in tot:
         out["srt_throughput_ratio"] = _ratio(_seconds_per_token(off), _seconds_per_token(tot["srt"]))
     if "eager" in tot:
@@ -187,6 +195,53 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
             latency200_prediction_hit_rate=round(with_ra["prediction_hit_rate"], 4),
         )
     return out
+
+
+def step_split(config: str, t: dict[str, float]) -> dict[str, float]:
+    """Milliseconds per decode step, verify step and prefill of ``config``, whole and on the device.
+
+    From :func:`~srt_agent.speed.rollout_speed.totals`: ``<config>_ms_per_decode_step`` and
+    ``<config>_ms_per_verify_step`` (a whole step: inputs, forward, draws, walk; graph captures
+    excluded), ``<config>_ms_per_prefill`` (captures included), and each one's
+    ``<config>_device_ms_per_*`` (launching the static step and waiting for it; the rest is the
+    host's own work; 0 where steps are not static, e.g. on a CPU by default). A figure is absent
+    where no step of its kind ran.
+    """
+    out: dict[str, float] = {}
+    counts = {
+        "decode_step": t["target_forwards"] - t["verify_forwards"],
+        "verify_step": t["verify_forwards"],
+        "prefill": t["prefill_forwards"],
+    }
+    for kind, n in counts.items():
+        if n <= 0:
+            continue
+        whole = t["prefill_s"] if kind == "prefill" else t[f"{kind}_s"]
+        device = t["prefill_device_s" if kind == "prefill" else f"{kind.removesuffix('_step')}_device_s"]
+        out[f"{config}_ms_per_{kind}"] = round(1000 * whole / n, 3)
+        out[f"{config}_device_ms_per_{kind}"] = round(1000 * device / n, 3)
+    return out
+
+
+def step_split_line(record: dict[str, Any]) -> str:
+    """One line: off's decode step and prefill, SRT's verify step, each as whole / device ms."""
+
+    def part(label: str, key: str) -> str | None:
+        whole = record.get(f"{key}")
+        if whole is None:
+            return None
+        return f"{label} {whole:.2f} ms (device {record[key.replace('_ms_', '_device_ms_')]:.2f})"
+
+    parts = [
+        part("off decode step", "off_ms_per_decode_step"),
+        part("off prefill", "off_ms_per_prefill"),
+        part("srt verify step", "srt_ms_per_verify_step"),
+        part("srt prefill", "srt_ms_per_prefill"),
+    ]
+    line = "; ".join(p for p in parts if p is not None)
+    if line and "srt_verify_step_cost" in record:
+        line += f"; a verify step costs {record['srt_verify_step_cost']:.2f} decode steps"
+    return line
 
 
 def limits(record: dict[str, Any]) -> dict[str, float]:
@@ -335,6 +390,9 @@ def bench_rollout(
         if per_env:
             line += " (per env, capture included: " + ", ".join(f"{e} {v:.2f}x" for e, v in per_env) + ")"
         out.print(line, markup=False, soft_wrap=True)
+    split = step_split_line(record)
+    if split:
+        out.print(split, markup=False, soft_wrap=True)
     if plot_path is not None:
         out.print(write_plot(results, plot_path))
     if json_path is not None:

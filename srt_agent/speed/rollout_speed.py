@@ -452,6 +452,17 @@ def totals(results: Sequence[RoundResult], config: str, rounds: int | None = Non
         "idle_s": sum(x.spec.idle_s for x in m),
         "driver_s": sum(x.idle_s for x in m),
         "prefill_forwards": float(sum(x.spec.prefill_forwards for x in m)),
+        "verify_forwards": float(sum(x.spec.verify_forwards for x in m)),
+        **{
+            key: sum(getattr(x.spec, key) for x in m)
+            for key in (
+                "decode_step_s",
+                "verify_step_s",
+                "decode_device_s",
+                "verify_device_s",
+                "prefill_device_s",
+            )
+        },
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "mean_accepted": accepted / steps if steps else 0.0,
         "runahead_tokens": float(sum(x.spec.runahead_tokens for x in m)),

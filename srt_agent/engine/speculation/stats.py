@@ -35,8 +35,13 @@ class SpecCounters:
         prefill: float = 0.0,
         step: float = 0.0,
         device: float = 0.0,
+        decode_step: float = 0.0,
+        verify_step: float = 0.0,
+        decode_device: float = 0.0,
+        verify_device: float = 0.0,
+        prefill_device: float = 0.0,
     ) -> None:
-        """Add seconds to the time split."""
+        """Add seconds to the time split (each ``name`` to :class:`SpecStats`' ``name_s``)."""
         with self._lock:
             self._seconds.update(
                 {
@@ -46,6 +51,11 @@ class SpecCounters:
                     "prefill": prefill,
                     "step": step,
                     "device": device,
+                    "decode_step": decode_step,
+                    "verify_step": verify_step,
+                    "decode_device": decode_device,
+                    "verify_device": verify_device,
+                    "prefill_device": prefill_device,
                 }
             )
 
@@ -99,13 +109,8 @@ class SpecCounters:
                 **{name: self._ints[name] for name in _INT_FIELDS},
                 acceptance_histogram=tuple(self._histogram),
                 drafts_by_source=dict(self._sources),
-                draft_s=s["draft"],
-                forward_s=s["forward"],
-                verify_s=s["verify"],
-                prefill_s=s["prefill"],
+                **{f"{name}_s": value for name, value in s.items() if name != "idle"},
                 idle_s=idle,
-                step_s=s["step"],
-                device_s=s["device"],
             )
             if reset:
                 self._ints.clear()
