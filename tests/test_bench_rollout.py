@@ -143,6 +143,8 @@ def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
         record["srt_ms_per_verify_step"] / record["off_ms_per_decode_step"], abs=1e-3
     )
     assert record["off_ms_per_prefill"] > 0 and record["off_device_ms_per_prefill"] == 0
+    assert record["off_prefill_rows"] >= record["off_prefill_forwards"] > 0
+    assert record["off_prefill_tokens"] >= record["off_prefill_rows"]
     assert "off_ms_per_verify_step" not in record  # off never verifies
     assert "a verify step costs" in step_split_line(record)
 

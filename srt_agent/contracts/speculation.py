@@ -25,6 +25,8 @@ class SpecStats:
         target_forwards: Decode-phase forwards of the target model (plain decode and verify).
         verify_forwards: Of those, forwards that verified at least one draft token.
         prefill_forwards: Prefill forwards (each samples the first token of its sequences).
+        prefill_rows: Rows those prefilled (sequences; a forward takes several).
+        prefill_tokens: Prompt tokens those computed (a reused prefix's are copied, not counted).
         row_steps: Sequence-forwards, prefill rows included.
         tokens: Tokens emitted (committed to outputs).
         runahead_tokens: Of those, tokens emitted by run-ahead sequences (only the draft source sees them).
@@ -60,6 +62,8 @@ class SpecStats:
     target_forwards: int = 0
     verify_forwards: int = 0
     prefill_forwards: int = 0
+    prefill_rows: int = 0
+    prefill_tokens: int = 0
     row_steps: int = 0
     tokens: int = 0
     runahead_tokens: int = 0

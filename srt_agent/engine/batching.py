@@ -292,7 +292,7 @@ class Scheduler:
                 self._park(s, row_start + i, len(s.request.prompt_ids))
         self._row_params = None
         self.prefill_forwards += 1
-        self.counters.add(prefill_forwards=1)
+        self.counters.add(prefill_forwards=1, prefill_rows=k, prefill_tokens=sum(new))
         seconds = time.perf_counter() - start_time
         self.counters.add_time(prefill=seconds, prefill_device=_device_s(self.graphs) - device)  # synced
         ahead = sum(n for s, n in zip(group, new, strict=True) if s.request.priority == "runahead")

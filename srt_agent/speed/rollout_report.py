@@ -83,7 +83,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
       ``<config>_forward_s`` (time in those steps: inputs, forward, draws, the read back),
       ``<config>_ms_per_forward``, ``<config>_verify_s`` (of ``forward_s``: after a verify
       forward, walking the trees and committing), ``<config>_draft_s`` (draft lookups), ``<config>_prefill_s``
-      and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens),
+      and ``<config>_prefill_forwards`` (prefills: every turn's new prompt tokens), with the rows
+      and the prompt tokens they computed (``<config>_prefill_rows``, ``<config>_prefill_tokens``),
       ``<config>_engine_idle_s`` (the engine waited with no sequence to run: every one was with the
       driver, in env steps and tokenization), ``<config>_driver_only_s`` (no request was with the
       engine and no env step ran: chat-template rendering, tokenization, the event loop), and the
@@ -126,6 +127,8 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
                 f"{c}_draft_s": round(t["draft_s"], 3),
                 f"{c}_prefill_s": round(t["prefill_s"], 3),
                 f"{c}_prefill_forwards": int(t["prefill_forwards"]),
+                f"{c}_prefill_rows": int(t["prefill_rows"]),
+                f"{c}_prefill_tokens": int(t["prefill_tokens"]),
                 f"{c}_engine_idle_s": round(t["idle_s"], 3),
                 f"{c}_driver_only_s": round(t["driver_s"], 3),
                 f"{c}_ms_per_forward": round(1000 * t["forward_s"] / t["target_forwards"], 3)

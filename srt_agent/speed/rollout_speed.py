@@ -453,6 +453,8 @@ def totals(results: Sequence[RoundResult], config: str, rounds: int | None = Non
         "driver_s": sum(x.idle_s for x in m),
         "prefill_forwards": float(sum(x.spec.prefill_forwards for x in m)),
         "verify_forwards": float(sum(x.spec.verify_forwards for x in m)),
+        "prefill_rows": float(sum(x.spec.prefill_rows for x in m)),
+        "prefill_tokens": float(sum(x.spec.prefill_tokens for x in m)),
         **{
             key: sum(getattr(x.spec, key) for x in m)
             for key in (

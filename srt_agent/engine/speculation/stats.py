@@ -126,6 +126,8 @@ _INT_FIELDS = (
     "target_forwards",
     "verify_forwards",
     "prefill_forwards",
+    "prefill_rows",
+    "prefill_tokens",
     "row_steps",
     "tokens",
     "runahead_tokens",
