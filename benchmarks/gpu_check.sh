@@ -3,7 +3,9 @@
 #   1. build the gpu preset (background) while the CUDA tests run (`pytest -m gpu` + static steps);
 #   2. bench rollout, default workload (8 tasks x 4 samples per env, batch 32): off, eager, srt, useless
 #      (its JSON has each configuration's start-up capture apart: engine_start_s, warm_up_capture_s,
-#      and what was still captured mid-run: graph_capture_s, unwarmed_shapes);
+#      and what was still captured mid-run: graph_capture_s, unwarmed_shapes; ms per decode step,
+#      verify step and prefill with their device share; then one untimed round of off and srt
+#      under torch.profiler: rollout_profile/{off,srt}.txt);
 #   3. perfect and useless drafts against plain decoding on the same model (spec_engine_micro.py) at
 #      batch 1, 32 and 128: what one verify step costs against one decode step, host and device;
 #   4. GRPO training on the GPU (configs/gpu.yaml);
@@ -13,7 +15,10 @@
 #   8. (only when named in STAGES) retail: build the retail-gpu preset and train configs/retail-gpu.yaml.
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
-# Usage, from the repository root of a CUDA machine with srt-agent importable:
+# Usage, from the repository root of a CUDA machine where srt-agent's dependencies are importable
+# (an image with torch alone lacks gymnasium, pydantic, bm25s, starlette, uvicorn and tenacity: bring
+# their wheels and `pip install --no-deps --target DIR` them onto PYTHONPATH first); the script
+# installs srt-agent itself (`pip install -e .`, offline) when it is not installed:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]
 # Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.
 # Writes OUT_DIR/log.txt (every stage's output) and
@@ -106,7 +111,8 @@ if [[ -n $build_pid ]]; then
 fi
 
 stage bench32 130 "${cli[@]}" bench rollout --model "$model" --device "$device" \
-    --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" "${bench_args[@]}"
+    --configs "${BENCH32_CONFIGS:-off,eager,srt,useless}" --json "$out/bench32.json" \
+    --profile "$out/rollout_profile" "${bench_args[@]}"
 stage micro 90 env PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/spec_engine_micro.py --model "$model" --device "$device" \
     --batch-sizes 1 32 128 --new-tokens 128 --repeats 2 --profile "$out/profile" --json "$out/micro.json"
 stage train $((train_time + 100)) "${cli[@]}" train configs/gpu.yaml "model.dir=$model" "trainer.device=$device" \

@@ -44,6 +44,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -52,6 +53,7 @@ from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, 
 from srt_agent.engine.hf_checkpoint import read_config
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.output.records import write_record
+from srt_agent.speed.profiling import profile_engine
 from srt_agent.speed.random_model import EMBEDDED_LIKE, save_random_model
 
 
@@ -153,46 +155,21 @@ def _profile(
 ) -> dict[str, float | int | str]:
     """Profile one generation with torch.profiler: kernel time per decode/verify step.
 
-    Writes ``{folder}/{name}_b{batch}.txt`` (operators and kernels by device time, then by host
-    time) and returns ``{name}_device_ms_per_step_b{batch}`` (kernel time of the whole generation,
-    prefill included, over its decode and verify steps) and ``{name}_steps_b{batch}``.
+    Writes ``{folder}/{name}_b{batch}.txt`` (each kind of step's host and device time, then
+    operators and kernels by device time and by host time) and returns
+    ``{name}_device_ms_per_step_b{batch}`` (kernel time of the whole generation, prefill
+    included, over its decode and verify steps) and ``{name}_steps_b{batch}``.
     """
-    import os
-
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
     before = engine.stats().decode_steps
-    prof = profile(activities=activities)
-    # The profiler records host operators on the thread that starts it: the engine's worker.
-    engine._call(prof.start)
-    try:
-        engine.generate(_requests(prompts, new_tokens, temperature))
-    finally:
-        engine._call(prof.stop)
+    _, total_ms = profile_engine(
+        engine,
+        lambda: engine.generate(_requests(prompts, new_tokens, temperature)),
+        Path(folder) / f"{name}_b{batch}.txt",
+        f"{name} batch {batch}",
+    )
     steps = max(engine.stats().decode_steps - before, 1)
-    averages = prof.key_averages()
-
-    def device_us(event: object) -> float:
-        for attr in ("self_device_time_total", "self_cuda_time_total"):
-            value = getattr(event, attr, None)
-            if value is not None:
-                return float(value)
-        return 0.0
-
-    total = sum(device_us(e) for e in averages)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, f"{name}_b{batch}.txt"), "w") as f:
-        f.write(f"{name} batch {batch}: {steps} decode/verify steps, kernels {total / 1000:.1f} ms\n\n")
-        for key in ("self_device_time_total", "self_cpu_time_total"):
-            try:
-                f.write(averages.table(sort_by=key, row_limit=25) + "\n")
-            except (AttributeError, KeyError, ValueError):  # an older torch names the column otherwise
-                f.write(averages.table(sort_by="self_cuda_time_total", row_limit=25) + "\n")
     return {
-        f"{name}_device_ms_per_step_b{batch}": round(total / 1000 / steps, 4),
+        f"{name}_device_ms_per_step_b{batch}": round(total_ms / steps, 4),
         f"{name}_steps_b{batch}": steps,
     }
 

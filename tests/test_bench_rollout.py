@@ -184,3 +184,14 @@ def test_limits_give_the_ceiling_from_offs_own_split() -> None:
     assert limits({"off_wall_s": 10.0}) == {}  # no split: nothing claimed
     no_srt = limits({"off_wall_s": 4.0, "off_forward_s": 1.0})  # a CPU run: no capture keys
     assert no_srt == {"decode_share": 0.25, "srt_speedup_ceiling": pytest.approx(4 / 3, abs=1e-3)}
+
+
+def test_profile_dir_profiles_an_extra_untimed_round_of_off_and_srt(model_dir: Path, tmp_path: Path) -> None:
+    config = tiny(model_dir, configs=("srt", "useless"), rounds=1, profile_dir=tmp_path / "prof")
+    results = run_rollout_bench(config)
+    assert sorted(r.round for r in results if r.config == "off") == [0]  # the extra round is not a result
+    assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == ["off.txt", "srt.txt"]
+    off = (tmp_path / "prof" / "off.txt").read_text()
+    assert "srt.prefill:" in off and "srt.decode_step:" in off and "srt.verify_step" not in off
+    assert "srt.verify_step:" in (tmp_path / "prof" / "srt.txt").read_text()
+    assert "profile_dir" not in headline(config, results)  # a setting, not a figure (and not JSON)

@@ -37,7 +37,9 @@ SMOKE: dict[str, str] = {
     "soak.py": "--model {model} --episodes 40 --report-every 20 --concurrency 8 --fault-rate 0.3",
     "serve_load.py": "--model {model} --clients 1 4 --seconds 1",
     "sglang_corpus.py": "--requests 4 --steps 5",
-    "spec_engine_micro.py": "--batch-sizes 1 --new-tokens 8 --repeats 1 --model {model}",
+    "spec_engine_micro.py": (
+        "--batch-sizes 1 --new-tokens 8 --repeats 1 --model {model} --profile {out}/profile"
+    ),
     "tree_cache_micro.py": "--states 4 --group 2 --length 160 --reps 20 --rows 4",
     "turn_probe.py": "--model {model} --env srt/RetailCopy-v0 --episodes 2 --threads 1",
 }

@@ -102,6 +102,12 @@ def bench_rollout_cmd(
     batch: Annotated[int, typer.Option(min=1, help="Engine batch (max concurrent episodes).")] = 32,
     url: Annotated[str | None, typer.Option(help="Also roll out through this server (`server`).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the headline figures here.")] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="Profile the last round of off and srt (torch.profiler): tables in DIR/off.txt, DIR/srt.txt."
+        ),
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(
         "runs/bench_rollout.png"
     ),
@@ -119,7 +125,7 @@ def bench_rollout_cmd(
             envs=tuple(env) if env else RolloutBenchConfig.envs,
             configs=tuple(c.strip() for c in configs.split(",")) if configs else CONFIGS,
             backoff_window=backoff_window, draws=draws, device=device, dtype=dtype,
-            max_batch_size=batch, server_url=url, spec_options=options,
+            max_batch_size=batch, server_url=url, spec_options=options, profile_dir=profile,
         )  # fmt: skip
     except ValueError as exc:
         raise exit_with(exc) from None

@@ -103,7 +103,7 @@ def headline(config: RolloutBenchConfig, results: Sequence[RoundResult]) -> dict
     Figures of configurations that did not run are absent.
     """
     ran = [c for c in CONFIGS if any(r.config == c for r in results)]
-    skip = ("configs", "model_dir", "envs", "spec_options")
+    skip = ("configs", "model_dir", "envs", "spec_options", "profile_dir")
     settings = {k: v for k, v in asdict(config).items() if k not in skip}
     cache, spec = config.spec_configs()  # what the speculating configurations ran with
     settings.update(

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -57,6 +57,9 @@ from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConf
 from srt_agent.rollout.metrics import RolloutMetrics
 from srt_agent.rollout.scheduler import RolloutScheduler, rollout_sync
 from srt_agent.tree_cache.options import TreeCacheConfig
+
+if TYPE_CHECKING:
+    from srt_agent.engine.torch_engine import TorchEngine
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,10 @@ class RolloutBenchConfig:
         dtype: The TorchEngine configurations' dtype (``auto``: bfloat16 on a GPU, float32 on a
             CPU; or ``float32``, ``bfloat16``); ``eager`` always runs float32.
         server_url: The server of the ``server`` configuration (which runs only with one).
+        profile_dir: If given, ``off`` and ``srt`` each run one more round, untimed, under
+            torch.profiler, and its tables go to ``profile_dir/<config>.txt``
+            (:func:`~srt_agent.speed.profiling.profile_engine`: each kind of step's host and
+            device time, then the kernels and operators).
     """
 
     model_dir: Path
@@ -141,6 +148,7 @@ class RolloutBenchConfig:
     device: str = "cpu"
     dtype: str = "auto"
     server_url: str | None = None
+    profile_dir: Path | None = None
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.configs if c not in CONFIGS]
@@ -309,6 +317,24 @@ def _warm_up(engine: Engine, fmt: ChatFormat) -> None:
     engine.generate([GenerationRequest("bench-warm-up", prompt, params)])
 
 
+PROFILED_CONFIGS = ("off", "srt")
+"""The configurations that ``profile_dir`` profiles (one extra, untimed round each)."""
+
+
+def _profile_round(arm: _Arm, engine: TorchEngine, config: RolloutBenchConfig, folder: Path) -> None:
+    """One more round of ``arm``'s envs under torch.profiler, outside every timed figure."""
+    from srt_agent.speed.profiling import profile_engine
+
+    r = config.rounds  # after the timed rounds: same weights as the last, new sampling seeds
+
+    def work() -> None:
+        for env_id in config.envs:
+            _run_batch(arm, config, env_id, r)
+
+    title = f"{arm.name}, an extra round after the timed ones: {', '.join(config.envs)}"
+    profile_engine(engine, work, folder / f"{arm.name}.txt", title)
+
+
 def run_rollout_bench(
     config: RolloutBenchConfig,
     *,
@@ -339,6 +365,7 @@ def run_rollout_bench(
         FileNotFoundError: ``config.model_dir`` does not exist.
     """
     from srt_agent.engine.hf_checkpoint import read_state_dict
+    from srt_agent.engine.torch_engine import TorchEngine
     from srt_agent.speed.peers import drift_weights
 
     if not config.model_dir.is_dir():
@@ -359,6 +386,7 @@ def run_rollout_bench(
                     continue
                 if r > 0:
                     arm.engine.update_weights(weights)
+
                 for env_id in config.envs:
                     # Start every timed batch from an empty collector: a full collection walks
                     # the whole heap (0.3-0.4 s in this process, the arms' tree caches included)
@@ -369,6 +397,10 @@ def run_rollout_bench(
                     results.append(result)
                     if on_round is not None:
                         on_round(result)
+        if config.profile_dir is not None:
+            for arm in arms:
+                if arm.name in PROFILED_CONFIGS and isinstance(arm.engine, TorchEngine):
+                    _profile_round(arm, arm.engine, config, config.profile_dir)
     finally:
         for arm in arms:
             if engine_figures is not None:
