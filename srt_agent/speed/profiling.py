@@ -27,9 +27,13 @@ class _OnWorker(Protocol):
     def _call(self, fn: Callable[[], Any]) -> Any: ...
 
 
-def device_us(event: object) -> float:
-    """An averaged profiler event's own device (CUDA) time in microseconds (0 on a CPU)."""
-    for attr in ("self_device_time_total", "self_cuda_time_total"):
+def device_us(event: object, own: bool = True) -> float:
+    """An averaged profiler event's device (CUDA) time in microseconds (0 on a CPU).
+
+    ``own``: the kernels it launched itself; else those of its children too (a range's total).
+    """
+    prefix = "self_" if own else ""
+    for attr in (f"{prefix}device_time_total", f"{prefix}cuda_time_total"):  # newer, older torch
         value = getattr(event, attr, None)
         if value is not None:
             return float(value)
@@ -68,7 +72,7 @@ def profile_engine(engine: _OnWorker, work: Callable[[], T], path: Path, title: 
         ranges = [e for e in averages if e.key in RANGES]
         for e in ranges:
             n = max(e.count, 1)
-            host_ms, device_ms = e.cpu_time_total / 1000 / n, _device_total_us(e) / 1000 / n
+            host_ms, device_ms = e.cpu_time_total / 1000 / n, device_us(e, own=False) / 1000 / n
             f.write(f"{e.key}: {e.count} calls, host {host_ms:.3f} ms each (its operators included), ")
             f.write(f"device {device_ms:.3f} ms each\n")
         f.write("\n")
@@ -78,12 +82,3 @@ def profile_engine(engine: _OnWorker, work: Callable[[], T], path: Path, title: 
             except (AttributeError, KeyError, ValueError):  # an older torch names the column otherwise
                 f.write(averages.table(sort_by="self_cuda_time_total", row_limit=30) + "\n")
     return result, total_ms
-
-
-def _device_total_us(event: object) -> float:
-    """Device time of the kernels under an event (its children's included)."""
-    for attr in ("device_time_total", "cuda_time_total"):
-        value = getattr(event, attr, None)
-        if value is not None:
-            return float(value)
-    return 0.0
