@@ -71,6 +71,19 @@ stage() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 } >>"$log" 2>&1
 
+# srt-agent's dependencies: name the missing ones at once (a bare image has torch alone), so a call
+# that cannot run says why in its first lines instead of in every stage's traceback.
+missing=$("$py" - <<'PY' 2>/dev/null
+import importlib.util
+names = ("gymnasium", "pydantic", "httpx", "yaml", "typer", "rich", "numpy", "bm25s", "matplotlib",
+         "starlette", "uvicorn", "tenacity", "transformers")
+print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
+PY
+)
+if [[ -n $missing ]]; then
+    echo "=== missing dependencies: $missing (carry their wheels: see this script's header)" | tee -a "$log"
+fi
+
 # The built-in envs and tools live in envs/ and tools/ and are importable as srt_agent.envs /
 # srt_agent.tools only once the package is installed (pyproject's package-dir): on a bare machine,
 # install it in place, offline, without its dependencies (those must already be importable).
