@@ -188,8 +188,13 @@ def test_limits_give_the_ceiling_from_offs_own_split() -> None:
 
 def test_profile_dir_profiles_an_extra_untimed_round_of_off_and_srt(model_dir: Path, tmp_path: Path) -> None:
     config = tiny(model_dir, configs=("srt", "useless"), rounds=1, profile_dir=tmp_path / "prof")
-    results = run_rollout_bench(config)
+    figures: dict[str, float | int | str] = {}
+    results = run_rollout_bench(config, engine_figures=figures)
     assert sorted(r.round for r in results if r.config == "off") == [0]  # the extra round is not a result
+    # Nor in the engine's counters: beyond the timed round's steps, only the untimed warm-up's
+    # (a 16-token greedy generation: at most 15 decode steps).
+    timed = sum(r.metrics.spec.target_forwards for r in results if r.config == "off")
+    assert 0 <= int(figures["off_decode_steps"]) - timed <= 15
     assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == ["off.txt", "srt.txt"]
     off = (tmp_path / "prof" / "off.txt").read_text()
     assert "srt.prefill:" in off and "srt.decode_step:" in off and "srt.verify_step" not in off

@@ -105,7 +105,8 @@ def bench_rollout_cmd(
     profile: Annotated[
         Path | None,
         typer.Option(
-            help="Profile the last round of off and srt (torch.profiler): tables in DIR/off.txt, DIR/srt.txt."
+            help="After the timed rounds, one untimed round of off and srt under torch.profiler: "
+            "tables in DIR/off.txt, DIR/srt.txt."
         ),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = Path(

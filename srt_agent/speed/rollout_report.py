@@ -211,18 +211,16 @@ def step_split(config: str, t: dict[str, float]) -> dict[str, float]:
     where no step of its kind ran.
     """
     out: dict[str, float] = {}
-    counts = {
-        "decode_step": t["target_forwards"] - t["verify_forwards"],
-        "verify_step": t["verify_forwards"],
-        "prefill": t["prefill_forwards"],
+    # kind: (how many ran, their seconds, of which on the device)
+    kinds = {
+        "decode_step": (t["target_forwards"] - t["verify_forwards"], "decode_step_s", "decode_device_s"),
+        "verify_step": (t["verify_forwards"], "verify_step_s", "verify_device_s"),
+        "prefill": (t["prefill_forwards"], "prefill_s", "prefill_device_s"),
     }
-    for kind, n in counts.items():
-        if n <= 0:
-            continue
-        whole = t["prefill_s"] if kind == "prefill" else t[f"{kind}_s"]
-        device = t["prefill_device_s" if kind == "prefill" else f"{kind.removesuffix('_step')}_device_s"]
-        out[f"{config}_ms_per_{kind}"] = round(1000 * whole / n, 3)
-        out[f"{config}_device_ms_per_{kind}"] = round(1000 * device / n, 3)
+    for kind, (n, whole, device) in kinds.items():
+        if n > 0:
+            out[f"{config}_ms_per_{kind}"] = round(1000 * t[whole] / n, 3)
+            out[f"{config}_device_ms_per_{kind}"] = round(1000 * t[device] / n, 3)
     return out
 
 
@@ -230,7 +228,7 @@ def step_split_line(record: dict[str, Any]) -> str:
     """One line: off's decode step and prefill, SRT's verify step, each as whole / device ms."""
 
     def part(label: str, key: str) -> str | None:
-        whole = record.get(f"{key}")
+        whole = record.get(key)
         if whole is None:
             return None
         return f"{label} {whole:.2f} ms (device {record[key.replace('_ms_', '_device_ms_')]:.2f})"

@@ -386,7 +386,6 @@ def run_rollout_bench(
                     continue
                 if r > 0:
                     arm.engine.update_weights(weights)
-
                 for env_id in config.envs:
                     # Start every timed batch from an empty collector: a full collection walks
                     # the whole heap (0.3-0.4 s in this process, the arms' tree caches included)
@@ -397,14 +396,15 @@ def run_rollout_bench(
                     results.append(result)
                     if on_round is not None:
                         on_round(result)
+        if engine_figures is not None:  # before the profiled round: these counters are the timed rounds'
+            for arm in arms:
+                engine_figures.update(_engine_figures(arm))
         if config.profile_dir is not None:
             for arm in arms:
                 if arm.name in PROFILED_CONFIGS and isinstance(arm.engine, TorchEngine):
                     _profile_round(arm, arm.engine, config, config.profile_dir)
     finally:
         for arm in arms:
-            if engine_figures is not None:
-                engine_figures.update(_engine_figures(arm))
             arm.engine.close()
         torch.set_num_threads(previous_threads)
     return results
