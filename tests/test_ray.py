@@ -91,6 +91,34 @@ def test_a_replica_killed_mid_rollout_loses_no_episode(cluster: None, model_dir:
     assert killed and engine.replaced >= 1  # type: ignore[union-attr]
 
 
+def test_an_env_worker_asks_the_envs_own_judge_of_success(cluster: None) -> None:
+    """GuessNumber counts any positive reward as solved: found late, its reward is below 1."""
+    from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.env.registration import make
+
+    local = make("srt/GuessNumber-v0")
+    local.reset(seed=5)
+    secret, config = local.unwrapped.secret, local.unwrapped.config  # type: ignore[attr-defined]
+    local.close()
+    wrong = [g for g in range(config.low, config.high + 1) if g != secret][: config.max_turns - 1]
+    pool = EnvWorkerPool(1)
+    try:
+        env = pool.make(EpisodeRequest("srt/GuessNumber-v0", seed=5))
+        env.reset(seed=5)
+        total = sum(float(env.step(f"Is it {g}?")[1]) for g in wrong)  # the last turn finds it
+        total += float(env.step(f"Is it {secret}?")[1])
+        env.close()
+        assert 0 < total < 1
+        assert env.is_success(total, {})  # the env's judge; the default (reward >= 1) says no
+        lost = pool.make(EpisodeRequest("srt/GuessNumber-v0", seed=6))
+        lost.reset(seed=6)
+        lost.step("no number here")
+        lost.close()
+        assert not lost.is_success(0.0, {})
+    finally:
+        pool.close()
+
+
 def test_weights_reach_every_replica(cluster: None, model_dir: Path, tmp_path: Path) -> None:
     from srt_agent.distributed.ray_engine import RayEngine
 

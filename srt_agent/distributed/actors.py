@@ -154,6 +154,13 @@ class EnvWorker:
         env = self._envs[key]
         return tuple(await _contained(lambda: env.step(action)))
 
+    async def judge(self, key: str, total: float, info: Mapping[str, Any]) -> bool | None:
+        """Episode ``key``'s env's own success judgement (``is_success``); ``None`` if it has none."""
+        judge = getattr(self._envs[key].unwrapped, "is_success", None)
+        if not callable(judge):
+            return None
+        return bool(await _contained(lambda: judge(total, dict(info))))
+
     async def close(self, key: str) -> None:
         """Close and forget episode ``key``'s env."""
         env = self._envs.pop(key, None)

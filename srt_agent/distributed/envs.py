@@ -8,6 +8,7 @@ and the driver's event loop only awaits its result), episodes spread round-robin
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from srt_agent.distributed.actors import EnvWorker, EscapedExit
-from srt_agent.errors import SrtAgentError, describe_fault
+from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
 from srt_agent.rollout.config import EpisodeRequest
 
 __all__ = ["EnvWorkerLost", "EnvWorkerPool", "RemoteEnv"]
@@ -47,30 +48,62 @@ def _get(ray: Any, ref: Any) -> Any:
 
 
 class RemoteEnv(gym.Env[Any, str]):
-    """One episode's env, living in an env worker; a drop-in for the scheduler."""
+    """One episode's env, living in an env worker; a drop-in for the scheduler.
+
+    ``is_success`` is asked in the worker when the env closes (the judge needs the env, which
+    ``close`` drops), with the rewards and info this proxy saw; the rollout reads the answer after
+    ``close``, as it does of an env in its own process.
+    """
 
     def __init__(self, worker: Any, key: str) -> None:
         import ray
 
         self._ray: Any = ray
         self._worker, self._key = worker, key
+        self._total = 0.0
+        self._info: dict[str, Any] = {}
+        self._verdict: tuple[float, bool | None] | None = None  # (total judged, the env's answer)
+        self._judge_error: BaseException | None = None
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """``reset`` in the worker."""
+        self._total, self._verdict, self._judge_error = 0.0, None, None
         obs, info = _get(self._ray, self._worker.reset.remote(self._key, seed, options))
+        self._info = info if isinstance(info, dict) else {}
         return obs, info
 
     def step(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """``step`` in the worker (its tools run there)."""
         result = _get(self._ray, self._worker.step.remote(self._key, action))
         obs, reward, terminated, truncated, info = result
+        with contextlib.suppress(TypeError, ValueError):  # the rollout's own check names a bad reward
+            self._total += float(reward)
+        if isinstance(info, dict):
+            self._info = info
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
-        """Close the env in the worker."""
+        """Ask the env's judge, then close the env in the worker."""
+        try:
+            self._verdict = (
+                self._total,
+                _get(self._ray, self._worker.judge.remote(self._key, self._total, self._info)),
+            )
+        except EnvWorkerLost:
+            raise
+        except FAULTS as exc:  # the env's judge raised: reported when the rollout asks
+            self._judge_error = exc
         _get(self._ray, self._worker.close.remote(self._key))
+
+    def is_success(self, total_reward: float, final_info: Mapping[str, Any]) -> bool:
+        """The env's own judgement (asked in the worker at ``close``); without one, reward >= 1."""
+        if self._judge_error is not None:
+            raise self._judge_error
+        if self._verdict is not None and self._verdict[0] == total_reward and self._verdict[1] is not None:
+            return self._verdict[1]
+        return total_reward >= 1.0 - 1e-9
 
 
 class EnvWorkerPool:
