@@ -24,6 +24,7 @@ from srt_agent.env.registration import make
 from srt_agent.errors import describe_fault
 from srt_agent.recipe.stumble import stumbling_policy
 from srt_agent.recipe.tokenizer import render_chat
+from srt_agent.tooling.parser import parse_tool_calls
 from srt_agent.tooling.toolset import is_error_message
 
 log = logging.getLogger("srt_agent.recipe")
@@ -50,13 +51,23 @@ def mental_policy(env: gym.Env[Observation, str]) -> Policy:
     return policy
 
 
+def misreading_policy(env: gym.Env[Observation, str]) -> Policy:
+    """Retail's misreading demonstrator (:mod:`srt_agent.envs.retail.misread`), imported when used."""
+    from srt_agent.envs.retail.misread import misreading_policy as make_policy
+
+    return make_policy(env)
+
+
 DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
     "oracle": oracle_policy,
     "mental": mental_policy,
     "stumble": stumbling_policy,
+    "misread": misreading_policy,
 }
-"""Who plays the demonstrations, by name: the env's oracle, its tool-free demonstrator, or the
-oracle with one call mistyped and retried (:mod:`srt_agent.recipe.stumble`)."""
+"""Who plays the demonstrations, by name: the env's oracle, its tool-free demonstrator, the
+oracle with one call mistyped and retried (:mod:`srt_agent.recipe.stumble`), or (Retail) the
+oracle with the request misread once and corrected by the customer
+(:mod:`srt_agent.envs.retail.misread`)."""
 
 
 class DemoSource(NamedTuple):
@@ -224,8 +235,8 @@ def collect_demos(
     Returns:
         The solved episodes, in seed order (the built-in oracles solve every task). An episode
         whose env or demonstrator raises is skipped with a warning, and so is one where a
-        demonstrator's mistake (its ``mistakes`` turn indexes) drew no tool error: it shows no
-        recovery.
+        demonstrator's mistake (its ``mistakes`` turn indexes) drew no correction (a tool error
+        for a call, the customer's reply for a message): it shows no recovery.
 
     Raises:
         NotImplementedError: The env has no oracle.
@@ -286,6 +297,13 @@ def _mistakes(policy: Policy) -> frozenset[int]:
     return frozenset(getattr(policy, "mistakes", ()))
 
 
+def _corrects(action: str, reply: Message) -> bool:
+    """Whether ``reply`` answers a mistaken ``action``: a tool error for a call, the customer for text."""
+    if parse_tool_calls(action).has_calls:
+        return is_error_message(reply)
+    return reply.role == "user"
+
+
 def _to_demo(
     env_id: str,
     seed: int,
@@ -294,7 +312,11 @@ def _to_demo(
     reward: float,
     mistakes: frozenset[int] = frozenset(),
 ) -> Demo | None:
-    """The episode as a demonstration, its ``mistakes`` untrained; ``None`` if one drew no tool error."""
+    """The episode as a demonstration, its ``mistakes`` untrained; ``None`` if one drew no correction.
+
+    A mistaken call must have drawn a tool error and a mistaken message the customer's reply
+    (otherwise the "mistake" went unnoticed, and the demonstration would show no recovery).
+    """
     first = next(i for i, m in enumerate(transcript) if m.role == "assistant")
     pairs: list[tuple[str, list[Message]]] = []
     for m in transcript[first:]:
@@ -302,7 +324,7 @@ def _to_demo(
             pairs.append((m.content, []))
         else:
             pairs[-1][1].append(m)
-    if any(i >= len(pairs) or not any(is_error_message(m) for m in pairs[i][1]) for i in mistakes):
+    if any(i >= len(pairs) or not any(_corrects(pairs[i][0], m) for m in pairs[i][1]) for i in mistakes):
         return None
     last = len(pairs) - 1
     turns = tuple(
