@@ -232,6 +232,12 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
+    # Half its conversations recover from a misread request (the other half are the oracle's).
+    conversations = [s for s in preset_config("retail").demos if s.env_id == "srt/Retail-v0" and not s.turns]
+    assert sorted((s.demonstrator, s.episodes) for s in conversations) == [
+        ("misread", 2500),
+        ("oracle", 2500),
+    ]
     gpu = load_config(Path(__file__).parents[1] / "configs" / "retail-gpu.yaml")
     assert gpu.model.build_preset == "retail-gpu" and gpu.env.id == "srt/Retail-v0"
     assert gpu.trainer.device == "cuda" and preset_config("retail-gpu").sft.device == "cuda"
