@@ -19,6 +19,7 @@ import gymnasium as gym
 from srt_agent.distributed.actors import EnvWorker, EscapedExit
 from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
 from srt_agent.rollout.config import EpisodeRequest
+from srt_agent.rollout.judged import JudgedAtClose
 
 __all__ = ["EnvWorkerLost", "EnvWorkerPool", "RemoteEnv"]
 
@@ -47,7 +48,7 @@ def _get(ray: Any, ref: Any) -> Any:
         ) from None
 
 
-class RemoteEnv(gym.Env[Any, str]):
+class RemoteEnv(JudgedAtClose, gym.Env[Any, str]):
     """One episode's env, living in an env worker; a drop-in for the scheduler.
 
     ``is_success`` is asked in the worker when the env closes (the judge needs the env, which
@@ -96,14 +97,6 @@ class RemoteEnv(gym.Env[Any, str]):
         except FAULTS as exc:  # the env's judge raised: reported when the rollout asks
             self._judge_error = exc
         _get(self._ray, self._worker.close.remote(self._key))
-
-    def is_success(self, total_reward: float, final_info: Mapping[str, Any]) -> bool:
-        """The env's own judgement (asked in the worker at ``close``); without one, reward >= 1."""
-        if self._judge_error is not None:
-            raise self._judge_error
-        if self._verdict is not None and self._verdict[0] == total_reward and self._verdict[1] is not None:
-            return self._verdict[1]
-        return total_reward >= 1.0 - 1e-9
 
 
 class EnvWorkerPool:

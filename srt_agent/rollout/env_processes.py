@@ -30,6 +30,7 @@ import gymnasium as gym
 from srt_agent.errors import FAULTS, SrtAgentError
 from srt_agent.isolation import CallTimeout, RemoteError, Worker, WorkerDied, describe_exit, remote_error
 from srt_agent.rollout.config import EpisodeRequest
+from srt_agent.rollout.judged import JudgedAtClose
 
 __all__ = ["EnvProcessDied", "EnvProcessPool", "ProcessEnv"]
 
@@ -101,7 +102,7 @@ def _remote_close() -> None:
 
 
 # ------------------------------------------------------------------------------ the parent's side
-class ProcessEnv(gym.Env[Any, str]):
+class ProcessEnv(JudgedAtClose, gym.Env[Any, str]):
     """One episode's env, living in a worker process of :class:`EnvProcessPool`; a drop-in for the rollout.
 
     Each call waits at most its deadline (``step`` and ``close``: the pool's ``step_timeout_s``;
@@ -190,14 +191,6 @@ class ProcessEnv(gym.Env[Any, str]):
         self._call(_remote_close, timeout=self._pool.step_timeout_s, what="close")
         self._dead = "closed"
         self._pool.release(self._worker)
-
-    def is_success(self, total_reward: float, final_info: Mapping[str, Any]) -> bool:
-        """The env's own judgement (asked in the worker at ``close``); without one, reward >= 1."""
-        if self._judge_error is not None:
-            raise self._judge_error
-        if self._verdict is not None and self._verdict[0] == total_reward and self._verdict[1] is not None:
-            return self._verdict[1]
-        return total_reward >= 1.0 - 1e-9
 
 
 class EnvProcessPool:
