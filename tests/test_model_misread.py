@@ -1,6 +1,8 @@
 """Retail's misreading demonstrator: one request misread after the order look-up, the customer's
 correction, then the oracle's episode; the misread turn untrained."""
 
+import re
+
 import pytest
 
 from srt_agent.envs.retail.misread import WRONG_ASKS
@@ -73,6 +75,4 @@ def test_the_misreading_demonstrator_refuses_other_envs() -> None:
 
 
 def _ids(text: str) -> list[str]:
-    import re
-
     return re.findall(r"#W\d{7}", text)

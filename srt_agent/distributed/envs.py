@@ -8,7 +8,6 @@ and the driver's event loop only awaits its result), episodes spread round-robin
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from collections.abc import Mapping
@@ -61,28 +60,22 @@ class RemoteEnv(JudgedAtClose, gym.Env[Any, str]):
 
         self._ray: Any = ray
         self._worker, self._key = worker, key
-        self._total = 0.0
-        self._info: dict[str, Any] = {}
-        self._verdict: tuple[float, bool | None] | None = None  # (total judged, the env's answer)
-        self._judge_error: BaseException | None = None
+        self._start_judging()
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """``reset`` in the worker."""
-        self._total, self._verdict, self._judge_error = 0.0, None, None
+        self._start_judging()
         obs, info = _get(self._ray, self._worker.reset.remote(self._key, seed, options))
-        self._info = info if isinstance(info, dict) else {}
+        self._saw_info(info)
         return obs, info
 
     def step(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """``step`` in the worker (its tools run there)."""
         result = _get(self._ray, self._worker.step.remote(self._key, action))
+        self._saw_step(result)
         obs, reward, terminated, truncated, info = result
-        with contextlib.suppress(TypeError, ValueError):  # the rollout's own check names a bad reward
-            self._total += float(reward)
-        if isinstance(info, dict):
-            self._info = info
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:

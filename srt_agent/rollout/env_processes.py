@@ -118,10 +118,7 @@ class ProcessEnv(JudgedAtClose, gym.Env[Any, str]):
     def __init__(self, pool: EnvProcessPool, worker: Worker, episode_id: str) -> None:
         self._pool, self._worker, self.episode_id = pool, worker, episode_id
         self._dead: str | None = None  # why the worker is gone
-        self._total = 0.0
-        self._info: dict[str, Any] = {}
-        self._verdict: tuple[float, bool | None] | None = None  # (total judged, the env's answer)
-        self._judge_error: RemoteError | None = None
+        self._start_judging()
 
     def _call(self, fn: Callable[..., Any], *args: Any, timeout: float | None, what: str) -> Any:
         if self._dead is not None:
@@ -152,25 +149,20 @@ class ProcessEnv(JudgedAtClose, gym.Env[Any, str]):
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """``reset`` in the worker, within ``setup_timeout_s``."""
-        self._total, self._info, self._verdict = 0.0, {}, None
+        self._start_judging()
         opts = None if options is None else dict(options)
         limit = self._pool.max_observation_chars
         obs, info = self._call(
             _remote_reset, seed, opts, limit, timeout=self._pool.setup_timeout_s, what="reset"
         )
-        if isinstance(info, dict):
-            self._info = info
+        self._saw_info(info)
         return obs, info
 
     def step(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """``step`` in the worker (its tools run there), within ``step_timeout_s``."""
         limit = self._pool.max_observation_chars
         result = self._call(_remote_step, action, limit, timeout=self._pool.step_timeout_s, what="step")
-        if isinstance(result, tuple) and len(result) == 5:
-            with contextlib.suppress(TypeError, ValueError):  # the rollout's own check names a bad reward
-                self._total += float(result[1])
-            if isinstance(result[4], dict):
-                self._info = result[4]
+        self._saw_step(result)
         return result  # type: ignore[no-any-return]
 
     def close(self) -> None:
