@@ -55,6 +55,7 @@ def test_every_configuration_runs_and_the_json_has_the_headline_keys(model_dir: 
         "rounds", "prompts", "samples", "drift", "threads", "decode_share", "srt_speedup_ceiling",
         "srt_speedup_no_capture", "off_prefill_capture_s", "srt_speedup_ceiling_calculator",
         "off_engine_start_s", "srt_warm_up_s", "srt_warm_up_capture_s", "srt_unwarmed_shapes",
+        "srt_unwarmed_runs", "off_prefill_replays",
         "hf_generate_engine_start_s",
     }  # fmt: skip
     assert keys <= set(record), keys - set(record)

@@ -10,7 +10,7 @@ same logprobs, same cache contents, and exact sampling (the chi-square test in
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -260,9 +260,53 @@ def test_warm_up_covers_its_flags_only_and_never_captures_mid_run(model_dir: Pat
         assert graphs.shapes > warmed and graphs.unwarmed_shapes == 0
         out = eng.generate([long])
         assert eng.spec_stats().verify_forwards > 0
-        assert graphs.unwarmed_shapes > 0
+        assert graphs.unwarmed_shapes > 0 and graphs.unwarmed_runs >= graphs.unwarmed_shapes
     _same(ref, out)
     shapes = graphs.warm_shape_list()
     assert all(rows * width <= 2048 for kind, rows, width, _ in shapes if kind == "prefill")
     sizes = [rows * width * span for _, rows, width, span in shapes]
     assert sizes == sorted(sizes, reverse=True)  # largest first
+
+
+class _FakeGraph:
+    """Stands in for a captured CUDA graph on a CPU: a replay reruns the step into the same output."""
+
+    def __init__(self, run: Callable[[], torch.Tensor]) -> None:
+        self.run = run
+        self.out = run().clone()
+
+    def replay(self) -> None:
+        self.out.copy_(self.run())
+
+
+def test_replayed_and_eager_prefills_are_counted_apart(model_dir: Path) -> None:
+    # With "capture" on (a stand-in graph on a CPU), every short prefill after warm-up is a replay;
+    # a shape warm-up did not build runs eagerly and is counted as an unwarmed run each time.
+    reqs = [
+        GenerationRequest(f"p{i}", tuple(range(1, 9 + 5 * i)), SamplingParams(seed=i, max_new_tokens=6))
+        for i in range(5)
+    ]
+    with _engine(model_dir) as plain:
+        ref = plain.generate(reqs)
+    with _engine(model_dir, cuda_graphs=True) as eng:
+        graphs = eng.graphs
+        assert graphs is not None
+        graphs.capture = True
+        graphs._capture = lambda run: (lambda g: (g, g.out))(_FakeGraph(run))  # type: ignore[method-assign]
+        eng.warm_up([SamplingParams()])
+        out = eng.generate(reqs)
+        stats = eng.stats()
+        assert stats.static_prefills == stats.prefill_forwards > 0
+        assert stats.static_prefill_replays == stats.static_prefills and stats.unwarmed_runs == 0
+        assert stats.graph_replays == stats.decode_steps
+        # Greedy flags were never warmed, so their shapes are captured when met (replays too).
+        eng.generate([GenerationRequest("g", (1, 2, 3), SamplingParams(temperature=0.0, max_new_tokens=4))])
+        assert eng.stats().static_prefill_replays == stats.static_prefill_replays + 1
+        # A warmed flag's prefill at a span warm-up did not build: run eagerly, never captured.
+        graphs._graphs = {k: v for k, v in graphs._graphs.items() if k[0] != "prefill"}
+        eng.generate([GenerationRequest("e", (4, 5, 6), SamplingParams(seed=9, max_new_tokens=3))])
+        after = eng.stats()
+        assert after.static_prefills == stats.static_prefills + 2
+        assert after.static_prefill_replays == stats.static_prefill_replays + 1  # the greedy one only
+        assert after.unwarmed_runs >= 1 and after.unwarmed_shapes >= 1
+    _same(ref, out)

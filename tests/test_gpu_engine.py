@@ -94,7 +94,7 @@ def test_cuda_logprobs_equal_hf_teacher_forced_with_and_without_speculation(
         for st in (plain_stats, engine_stats):
             assert st.graph_error is None and st.graph_shapes > 0
             assert st.graph_replays == st.decode_steps and st.static_eager_steps == 0
-            assert st.static_prefills == st.prefill_forwards  # prefills were graphs too
+            assert st.static_prefills == st.prefill_forwards == st.static_prefill_replays  # graphs too
     for req, r, o in zip(REQUESTS, ref, outs, strict=True):
         if req.params.temperature == 0:
             assert o.token_ids == r.token_ids, req.request_id  # greedy: identical with speculation

@@ -115,6 +115,7 @@ class _Graph:
     run: Callable[[], torch.Tensor]
     graph: torch.cuda.CUDAGraph | None = None
     out: torch.Tensor | None = None  # (2, Bb, Tb) float64, the captured output (graphs only)
+    unwarmed: bool = False  # a shape warm-up should have built but did not (eager on every call)
 
 
 class StepGraphs:
@@ -168,6 +169,7 @@ class StepGraphs:
         self.replays = 0  # decode and verify steps run through a captured graph
         self.eager_steps = 0  # static decode and verify steps run eagerly (capture off, or it failed)
         self.prefills = 0  # prefills run as static steps (replayed or eager)
+        self.prefill_replays = 0  # of which run through a captured graph
         self.capture_error: str | None = None  # why capturing was turned off, if it was
         self.capture_s = 0.0  # spent capturing (a one-off per shape, not a step's cost)
         self.prefill_capture_s = 0.0  # of which prefill shapes
@@ -176,6 +178,7 @@ class StepGraphs:
         self.warm_up_prefill_capture_s = 0.0  # of which prefill shapes
         self.warm_shapes = 0  # shapes built by warm_up
         self.unwarmed_shapes = 0  # shapes of warmed flags met later: run eagerly, never captured
+        self.unwarmed_runs = 0  # steps and prefills run on those shapes (each one eagerly)
         self._warm: set[Flags] = set()  # sampling flags whose shapes warm_up built
         # Spent launching steps and waiting for their results (the whole forward where steps run
         # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
@@ -312,8 +315,9 @@ class StepGraphs:
             pad,
         )
         timer = CaptureFreeTimer(self)
-        out, _ = self._launch(("prefill", kb, tb, span, flags))
+        out, replayed = self._launch(("prefill", kb, tb, span, flags))
         self.prefills += 1
+        self.prefill_replays += replayed
         values = out[:, :rows].cpu()  # the prefill's one sync
         self.device_s += timer.seconds()
         return StepDraws([[t] for t in values[0].long().tolist()], [[lp] for lp in values[1].tolist()])
@@ -337,7 +341,7 @@ class StepGraphs:
         """
         start = time.perf_counter()
         captured, prefill_captured = self.capture_s, self.prefill_capture_s
-        before = (self.replays, self.eager_steps, self.prefills, self.device_s)
+        before = (self.replays, self.eager_steps, self.prefills, self.prefill_replays, self.device_s)
         vocab = self.model.config.vocab_size
         built = len(self._graphs)
         for p in params:
@@ -350,7 +354,7 @@ class StepGraphs:
                 else:
                     self._warm_prefill(rows, width, p)
             self._warm.add(flags)
-        self.replays, self.eager_steps, self.prefills, self.device_s = before
+        self.replays, self.eager_steps, self.prefills, self.prefill_replays, self.device_s = before
         new = len(self._graphs) - built
         self.warm_shapes += new
         self.warm_up_capture_s += self.capture_s - captured
@@ -394,6 +398,8 @@ class StepGraphs:
             warmed = key[-1] in self._warm
             self.unwarmed_shapes += warmed
             entry = self._graphs[key] = self._build(key, capture=self.capture and not warmed)
+            entry.unwarmed = warmed
+        self.unwarmed_runs += entry.unwarmed
         if entry.graph is not None:
             entry.graph.replay()
             assert entry.out is not None

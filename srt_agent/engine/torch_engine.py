@@ -69,7 +69,9 @@ class EngineStats:
             prefill time; the rest is inside the decode and verify steps' time).
         static_eager_steps: Static-shape steps run eagerly (``cuda_graphs`` on a CPU, or after a
             failed capture).
-        static_prefills: Prefills run as static-shape steps (graph replays on a GPU).
+        static_prefills: Prefills run as static-shape steps (graph replays on a GPU, or eager:
+            capture off, or a shape warm-up did not build).
+        static_prefill_replays: Of ``static_prefills``, those run by replaying a CUDA graph.
         graph_error: Why capturing was turned off, if a capture failed.
         warm_up_s: Spent in :meth:`TorchEngine.warm_up` (building every step shape before
             the first request; its captures are inside ``graph_capture_s`` too).
@@ -79,6 +81,8 @@ class EngineStats:
         warm_shapes: Step shapes built by warm-up.
         unwarmed_shapes: Shapes of warmed sampling flags met after warm-up (run eagerly, never
             captured mid-run): 0 when warm-up covered everything the run needed.
+        unwarmed_runs: Steps and prefills run on those shapes (each one eagerly: on a GPU, a
+            few milliseconds of kernel launches instead of one graph launch).
     """
 
     decode_steps: int
@@ -96,12 +100,14 @@ class EngineStats:
     prefill_capture_s: float = 0.0
     static_eager_steps: int = 0
     static_prefills: int = 0
+    static_prefill_replays: int = 0
     graph_error: str | None = None
     warm_up_s: float = 0.0
     warm_up_capture_s: float = 0.0
     warm_up_prefill_capture_s: float = 0.0
     warm_shapes: int = 0
     unwarmed_shapes: int = 0
+    unwarmed_runs: int = 0
 
 
 PREFIX_CACHE_BYTES = 256 * 2**20
@@ -298,12 +304,14 @@ class TorchEngine:
             prefill_capture_s=g.prefill_capture_s,
             static_eager_steps=g.eager_steps,
             static_prefills=g.prefills,
+            static_prefill_replays=g.prefill_replays,
             graph_error=g.capture_error,
             warm_up_s=g.warm_up_s,
             warm_up_capture_s=g.warm_up_capture_s,
             warm_up_prefill_capture_s=g.warm_up_prefill_capture_s,
             warm_shapes=g.warm_shapes,
             unwarmed_shapes=g.unwarmed_shapes,
+            unwarmed_runs=g.unwarmed_runs,
         )
 
     def spec_stats(self, reset: bool = False) -> SpecStats:

@@ -353,8 +353,11 @@ def run_rollout_bench(
             step and prefill times, so inside ``wall_s``), ``<config>_prefill_capture_s`` (the
             prefill shapes' share of it), ``<config>_warm_up_s`` and ``<config>_warm_up_capture_s``
             (every shape captured at start-up, outside ``wall_s``), ``<config>_warm_shapes``,
-            ``<config>_unwarmed_shapes`` (shapes met after warm-up that it had not built),
-            ``<config>_static_eager_steps``, ``<config>_static_prefills``, ``<config>_decode_steps``
+            ``<config>_unwarmed_shapes`` (shapes met after warm-up that it had not built) and
+            ``<config>_unwarmed_runs`` (steps and prefills run on them, each eagerly),
+            ``<config>_static_eager_steps``, ``<config>_static_prefills``,
+            ``<config>_prefill_replays`` (of the static prefills, graph replays),
+            ``<config>_decode_steps``
             and, if a capture failed,
             ``<config>_graph_error``.
 
@@ -430,8 +433,10 @@ def _engine_figures(arm: _Arm) -> dict[str, float | int | str]:
         f"{arm.name}_warm_up_capture_s": round(stats.warm_up_capture_s, 3),
         f"{arm.name}_warm_shapes": stats.warm_shapes,
         f"{arm.name}_unwarmed_shapes": stats.unwarmed_shapes,
+        f"{arm.name}_unwarmed_runs": stats.unwarmed_runs,
         f"{arm.name}_static_eager_steps": stats.static_eager_steps,
         f"{arm.name}_static_prefills": stats.static_prefills,
+        f"{arm.name}_prefill_replays": stats.static_prefill_replays,
         f"{arm.name}_decode_steps": stats.decode_steps,
     }
     if stats.graph_error is not None:
