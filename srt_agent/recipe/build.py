@@ -138,6 +138,10 @@ class BuildConfig:
         context: ``max_position_embeddings``; the longest Retail demos take ~2.1k tokens, and RL
             rollouts may run longer than the oracle's.
         number_weight: Loss weight of number tokens relative to other assistant tokens.
+        copy_weight: Loss weight of the tokens of tool-call values copied from the conversation
+            (:mod:`srt_agent.recipe.copies`: a name, an id read earlier), in every source but the
+            drills (whose tokens are nearly all copies); a token that is both a digit and a copy
+            takes the larger weight. 1: no weighting (the copies are not even looked for).
         read_system: Whether the model's chat template renders system prompts and tool lists
             (off for the embedded model: see :func:`srt_agent.recipe.tokenizer.chat_template`).
         sft: Optimisation settings (its ``seed`` is replaced by the build seed).
@@ -159,6 +163,7 @@ class BuildConfig:
     intermediate_size: int = 256
     context: int = 4096
     number_weight: float = 6.0
+    copy_weight: float = 1.0
     read_system: bool = False
     sft: SFTConfig = field(
         default_factory=lambda: SFTConfig(steps=2700, batch_tokens=2100, lr=3e-3, warmup_steps=100)
@@ -355,23 +360,39 @@ def number_token_ids(tok: PreTrainedTokenizerFast) -> frozenset[int]:
 
 
 def weighted_example(
-    token_ids: tuple[int, ...], loss_mask: tuple[int, ...], group: str, numbers: frozenset[int], weight: float
+    token_ids: tuple[int, ...],
+    loss_mask: tuple[int, ...],
+    group: str,
+    numbers: frozenset[int],
+    weight: float,
+    copies: tuple[int, ...] | None = None,
+    copy_weight: float = 1.0,
 ) -> Example:
-    """A training example whose number tokens weigh ``weight`` times more in the loss.
+    """A training example with its number and copied-value tokens weighed up in the loss.
 
-    Why: the env rewards exact numbers, and copying them (from the problem, from tool results) is
-    the skill a small model picks up last; up-weighting digits makes it emerge in far fewer steps.
+    Number tokens weigh ``weight`` times an other assistant token, those marked in ``copies``
+    ``copy_weight`` times (the larger where both apply). Why: the env rewards exact numbers and
+    names, and copying them (from the problem, from tool results, from the customer) is the skill
+    a small model picks up last; up-weighting them makes it emerge in far fewer steps.
     """
+    marks = copies if copies is not None else (0,) * len(token_ids)
     weights = tuple(
-        (weight if t in numbers else 1.0) if m else 0.0 for t, m in zip(token_ids, loss_mask, strict=True)
+        max(weight if t in numbers else 1.0, copy_weight if c else 1.0) if m else 0.0
+        for t, m, c in zip(token_ids, loss_mask, marks, strict=True)
     )
     return Example(token_ids, loss_mask, group=group, weights=weights)
 
 
 def _weighted(
-    group: str, numbers: frozenset[int], weight: float, token_ids: tuple[int, ...], loss_mask: tuple[int, ...]
+    group: str,
+    numbers: frozenset[int],
+    weight: float,
+    token_ids: tuple[int, ...],
+    loss_mask: tuple[int, ...],
+    copies: tuple[int, ...] | None = None,
+    copy_weight: float = 1.0,
 ) -> Example:
-    return weighted_example(token_ids, loss_mask, group, numbers, weight)
+    return weighted_example(token_ids, loss_mask, group, numbers, weight, copies, copy_weight)
 
 
 def _model_config(cfg: BuildConfig, vocab: int, pad_id: int, eos_id: int) -> LlamaConfig:
@@ -444,13 +465,15 @@ def build_model(
                 )
             numbers = number_token_ids(tok)
             with console.status("tokenizing demonstrations"):
+                copying = {s.label for s in cfg.demos if not s.drill and cfg.copy_weight != 1.0}
                 examples = {
                     label: tokenize_all(
                         ChatFormat(tok),
                         ds,
                         pool,
                         cfg.threads,
-                        partial(_weighted, label, numbers, cfg.number_weight),
+                        partial(_weighted, label, numbers, cfg.number_weight, copy_weight=cfg.copy_weight),
+                        copies=label in copying,
                     )
                     for label, ds in demos.items()
                 }

@@ -19,6 +19,7 @@ from itertools import pairwise
 from typing import TypeVar
 
 from srt_agent.chat.template import ChatFormat
+from srt_agent.recipe.copies import copy_mask
 from srt_agent.recipe.demos import Demo, DemoSource, collect_demos, source_seeds, to_transcript
 from srt_agent.recipe.sft import Example
 
@@ -79,10 +80,19 @@ def collect_all(
     return out
 
 
-def tokenize_job(job: tuple[ChatFormat, Sequence[Demo]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Worker: ``(token_ids, loss_mask)`` of each demonstration, built as a rollout would be."""
-    fmt, demos = job
-    return [(tr.token_ids, tr.loss_mask) for tr in (to_transcript(fmt, d) for d in demos)]
+Tokenized = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
+"""A demonstration's ``(token_ids, loss_mask, copies)``: ``copies`` marks copied tool-call values
+(:func:`~srt_agent.recipe.copies.copy_mask`), ``None`` where not asked for."""
+
+
+def tokenize_job(job: tuple[ChatFormat, Sequence[Demo], bool]) -> list[Tokenized]:
+    """Worker: each demonstration's tokens, built as a rollout would be, and its copies if asked."""
+    fmt, demos, copies = job
+    out: list[Tokenized] = []
+    for d in demos:
+        tr = to_transcript(fmt, d)
+        out.append((tr.token_ids, tr.loss_mask, copy_mask(fmt, d, tr) if copies else None))
+    return out
 
 
 def tokenize_all(
@@ -90,12 +100,18 @@ def tokenize_all(
     demos: Sequence[Demo],
     pool: Executor | None,
     parts: int,
-    to_example: Callable[[tuple[int, ...], tuple[int, ...]], Example],
+    to_example: Callable[[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None], Example],
+    *,
+    copies: bool = False,
 ) -> list[Example]:
-    """Every demonstration as a training example, in order."""
+    """Every demonstration as a training example, in order.
+
+    ``to_example`` gets each one's token ids, loss mask and (with ``copies``) its copied values'
+    tokens (:func:`~srt_agent.recipe.copies.copy_mask`; else ``None``).
+    """
     pieces = chunks(len(demos), parts) if len(demos) >= 2 * MIN_CHUNK else [range(len(demos))]
-    jobs = [(fmt, demos[r.start : r.stop]) for r in pieces]
-    return [to_example(ids, mask) for got in ordered_map(tokenize_job, jobs, pool) for ids, mask in got]
+    jobs = [(fmt, demos[r.start : r.stop], copies) for r in pieces]
+    return [to_example(*got) for part in ordered_map(tokenize_job, jobs, pool) for got in part]
 
 
 def keep_freed_memory() -> None:
