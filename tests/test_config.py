@@ -132,6 +132,24 @@ def test_bridges_to_the_rollout_and_engine_configs() -> None:
     assert cfg.rollout.episodes_per_step == 64
 
 
+def test_held_out_evaluations_sample_at_their_own_temperature(monkeypatch: pytest.MonkeyPatch) -> None:
+    from srt_agent.train import rollouts
+
+    assert (
+        load_config(QUICKSTART, ["rollout.temperature=0.8"]).eval_temperature == 0.8
+    )  # unset: the rollouts'
+    cfg = load_config(QUICKSTART, ["rollout.temperature=0.8", "trainer.eval_temperature=0"])
+    assert cfg.eval_temperature == 0.0
+    with pytest.raises(ConfigError, match="eval_temperature"):
+        load_config(QUICKSTART, ["trainer.eval_temperature=-1"])
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(rollouts, "run_eval", lambda *args, **kw: seen.update(kw))
+    side = rollouts.Rollouts.__new__(rollouts.Rollouts)  # no engines: only the call is checked
+    side.cfg, side.engine, side.fmt = cfg, None, None
+    side.evaluate()
+    assert seen["temperature"] == 0.0 and seen["episodes"] == cfg.trainer.eval_episodes
+
+
 def test_config_names_match_the_learner_and_the_evaluator() -> None:
     assert get_args(config_algo.Estimator) == get_args(learn.Estimator)
     assert get_args(config_algo.LossAgg) == get_args(learn.LossAgg)

@@ -35,6 +35,12 @@ class RunConfig(Section):
     optim: OptimSection = Field(default_factory=OptimSection, description="Optimizer.")
     trainer: TrainerSection = Field(default_factory=TrainerSection, description="The loop.")
 
+    @property
+    def eval_temperature(self) -> float:
+        """Held-out evaluations sample at ``trainer.eval_temperature``, else at ``rollout.temperature``."""
+        t = self.trainer.eval_temperature
+        return self.rollout.temperature if t is None else t
+
     @model_validator(mode="after")
     def _sections_agree(self) -> RunConfig:
         problems = []

@@ -70,6 +70,12 @@ class TrainerSection(Section):
         "step), then evaluate and checkpoint as after the last step (null: no limit).",
     )
     eval_episodes: int = Field(default=64, ge=1, description="Tasks per evaluation, from env.eval_seeds.")
+    eval_temperature: float | None = Field(
+        default=None,
+        ge=0,
+        description="Sampling temperature of held-out evaluations (0: greedy, as benchmarks like "
+        "tau-bench score agents; null: rollout.temperature).",
+    )
     checkpoint_every: int = Field(
         default=50,
         ge=0,

@@ -171,7 +171,8 @@ class Rollouts:
         """Held-out evaluation of the current weights: ``trainer.eval_episodes`` tasks of ``env.eval_seeds``.
 
         The same sampling seeds every time (``trainer.seed``), so evaluations before and after
-        training are paired: they differ only through the weights.
+        training are paired: they differ only through the weights. Sampled at
+        ``trainer.eval_temperature`` (``rollout.temperature`` when unset).
         """
         c = self.cfg
         return run_eval(
@@ -180,7 +181,7 @@ class Rollouts:
             fmt=self.fmt,
             episodes=c.trainer.eval_episodes,
             k=1,
-            temperature=c.rollout.temperature,
+            temperature=c.eval_temperature,
             max_new_tokens=c.rollout.max_new_tokens,
             max_turns=c.env.max_turns,
             max_concurrent=c.rollout.max_concurrent,

@@ -41,7 +41,7 @@ def summarize(
       ``resumed_from``: the checkpoint step this invocation started from (0: a fresh run).
     * ``success_before`` / ``success_after``: held-out success rate (``trainer.eval_episodes``
       tasks of ``env.eval_seeds``, the same sampling seeds) before training and after the last step;
-      ``improvement``: after - before; ``eval_episodes``.
+      ``improvement``: after - before; ``eval_episodes``; ``eval_temperature`` (0: greedy).
     * ``reward_first`` / ``reward_last``: mean episode reward of the first and last step's rollouts;
       ``train_success_first`` / ``train_success_last``: their success rates.
     * ``wall_s``: seconds of this invocation (model build and evaluations included); ``build_s``:
@@ -91,6 +91,7 @@ def summarize(
         "success_after": after,
         "improvement": None if before is None or after is None else after - before,
         "eval_episodes": cfg.trainer.eval_episodes,
+        "eval_temperature": cfg.eval_temperature,
         "reward_first": first.get("reward_mean"),
         "reward_last": last.get("reward_mean"),
         "train_success_first": first.get("success_rate"),
