@@ -98,6 +98,7 @@ def test_training_runs_end_to_end(model_dir: Path, tmp_path: Path, estimator: st
         steps = [r for r in records if r["kind"] == "step"]
         assert [r["step"] for r in steps] == [1, 2]
         assert [(r["kind"], r["step"]) for r in records if r["kind"] == "eval"] == [("eval", 0), ("eval", 2)]
+        assert {r["temperature"] for r in records if r["kind"] == "eval"} == {cfg.rollout.temperature}
         for r in steps:
             numbers = {k: v for k, v in r.items() if isinstance(v, int | float)}
             assert all(math.isfinite(v) for v in numbers.values()), numbers

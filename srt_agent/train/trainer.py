@@ -307,6 +307,7 @@ class Trainer:
             "mean_reward": report.mean_reward,
             "episodes": float(report.episodes),
             "failed": float(report.failed),
+            "temperature": self.cfg.eval_temperature,
             "eval_s": time.perf_counter() - t0,
         }
         self.metrics.log({"kind": "eval", "step": step, "time": time.time(), **result})
