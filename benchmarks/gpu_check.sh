@@ -17,7 +17,8 @@
 #
 # Usage, from the repository root of a CUDA machine where srt-agent's dependencies are importable
 # (an image with torch alone lacks gymnasium, pydantic, bm25s, starlette, uvicorn and tenacity: bring
-# their wheels and `pip install --no-deps --target DIR` them onto PYTHONPATH first); the script
+# their wheels, which `bash benchmarks/gpu_wheels.sh` downloads, and `pip install --no-deps --target DIR` them
+# onto PYTHONPATH first); the script
 # installs srt-agent itself (`pip install -e .`, offline) when it is not installed:
 #   bash benchmarks/gpu_check.sh OUT_DIR [BUDGET_S] [TRAIN_STEPS] [TRAIN_TIME_S]
 # Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.

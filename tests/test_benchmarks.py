@@ -43,7 +43,9 @@ SMOKE: dict[str, str] = {
     "tree_cache_micro.py": "--states 4 --group 2 --length 160 --reps 20 --rows 4",
     "turn_probe.py": "--model {model} --env srt/RetailCopy-v0 --episodes 2 --threads 1",
 }
-SHELL = {"gpu_check.sh"}  # run by test_gpu_check_runs_dry_on_a_cpu
+# gpu_check.sh is run by test_gpu_check_runs_dry_on_a_cpu; gpu_wheels.sh only downloads wheels from
+# PyPI for an offline GPU machine (run by hand before a device run; nothing here to measure).
+SHELL = {"gpu_check.sh", "gpu_wheels.sh"}
 
 
 @pytest.fixture(scope="module")
