@@ -125,6 +125,14 @@ def eval_cmd(
         float,
         typer.Option(min=0.0, max=1.0, help="Exit 1 when more than this share of episodes failed."),
     ] = 0.1,
+    constrain_tool_calls: Annotated[
+        bool,
+        typer.Option(
+            "--constrain-tool-calls",
+            help="Decode each <tool_call> block under the grammar of the env's tools: every call names a "
+            "tool and its parameters, with values of their types (in-process engine only).",
+        ),
+    ] = False,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -166,6 +174,7 @@ def eval_cmd(
         env_options=env_options or None,
         isolation=isolation,  # type: ignore[arg-type]  # checked above: thread, process or None
         max_failed=max_failed,
+        constrain_tool_calls=constrain_tool_calls,
     )
     if code:
         raise typer.Exit(code)

@@ -21,6 +21,8 @@ from srt_agent.errors import SrtAgentError
 if TYPE_CHECKING:
     import torch
 
+    from srt_agent.tooling.grammar import ToolCallGrammar
+
 FinishReason = Literal["stop", "length", "abort", "preempted"]
 """Why generation ended: a stop token or stop string (``stop``), ``max_new_tokens`` or the context
 limit (``length``), the request was cancelled or failed (``abort``, see ``GenerationOutput.error``), or
@@ -113,6 +115,10 @@ class GenerationRequest:
         draft_group: Requests of one group share the speculation cost model's acceptance
             calibration (the rollout scheduler uses the env id): drafts of an env whose drafts are
             rarely right do not make another env's look bad. ``""``: the shared group.
+        tool_grammar: Constrain every ``<tool_call>`` block the request writes to a valid call of
+            these tools (see :mod:`srt_agent.engine.constraint`); the reported logprobs are those
+            of the constrained distribution. ``None``: unconstrained. Engines that cannot
+            constrain refuse such requests.
     """
 
     request_id: str
@@ -122,6 +128,7 @@ class GenerationRequest:
     task_id: str = ""
     priority: StreamKind = "live"
     draft_group: str = ""
+    tool_grammar: ToolCallGrammar | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:

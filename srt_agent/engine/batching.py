@@ -23,7 +23,9 @@ from collections.abc import Sequence
 import torch
 import torch.autograd.profiler as torch_profiler
 
+from srt_agent.contracts.draft import DraftTree
 from srt_agent.contracts.generation import FinishReason
+from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias
 from srt_agent.engine.llama import CausalLM
 from srt_agent.engine.prefix_cache import PrefixStore
@@ -89,6 +91,26 @@ class Scheduler:
         self.peak_batch = 0
         self.joined_running = 0  # sequences admitted while others were decoding
         self.runahead_gate = RunAheadGate()  # whether run-ahead rows pay for themselves here
+        self._masks: CallMasks | None = None  # built on the first request with a tool grammar
+        self.constrained_steps = 0  # decode steps that masked some row's logits
+
+    def call_masks(self) -> CallMasks:
+        """The tool-call masks over this engine's vocabulary (built once, on first use).
+
+        Raises:
+            ConstraintError: The tokenizer has no single ``<tool_call>``/``</tool_call>`` tokens.
+            ValueError: There is no tokenizer.
+        """
+        if self._masks is None:
+            if self.tokenizer is None:
+                raise ValueError(
+                    "constrained tool calls need a tokenizer: "
+                    "pass tokenizer= to TorchEngine or save one with the model"
+                )
+            self._masks = CallMasks(
+                Vocabulary(self.tokenizer, self.model.config.vocab_size), self.model.device
+            )
+        return self._masks
 
     def add(self, seq: SequenceState) -> None:
         """Queue a sequence for admission at the next step.
@@ -100,6 +122,10 @@ class Scheduler:
         # A stop string of n characters spans at most ~4n byte-level tokens; a margin covers
         # tokens that decode to nothing on their own.
         seq.stop_window = 4 * longest + 8 if longest else 0
+        grammar = seq.request.tool_grammar
+        if grammar is not None:
+            seq.tracker = CallTracker(grammar, self.call_masks().vocabulary)
+            seq.tracker.resume(seq.request.prompt_ids)
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
@@ -277,7 +303,8 @@ class Scheduler:
                     self.cache.data[:, :, row_start + i, :, : reused[i]] = s.reuse.kv[:, :, :, : reused[i]]
                     s.reuse = None  # drop the reference: the store may evict the entry
             graphs = self.graphs
-            if graphs is not None and graphs.fits_prefill(k, t, max(reused)):
+            in_call = any(s.tracker is not None and s.tracker.active for s in group)  # a prompt ends in one
+            if graphs is not None and not in_call and graphs.fits_prefill(k, t, max(reused)):
                 params = [s.request.params for s in group]
                 prompts = [s.request.prompt_ids[r:] for s, r in zip(group, reused, strict=True)]
                 draws = graphs.prefill(prompts, reused, row_start, _next_uniforms(group), params)
@@ -323,6 +350,9 @@ class Scheduler:
         logits = self.model.forward(
             ids.to(device), positions, self.cache, row_start, positions, bias, logit_index=last
         )  # (k, V)
+        masks = self._call_masks(group)
+        if masks is not None:
+            logits = logits.masked_fill(~masks, float("-inf"))
         rows = RowParams.build([s.request.params for s in group], self.model.config.vocab_size, device)
         tokens, logprobs = sample(logits, rows, self._uniforms(group, rows))
         return tokens.tolist(), logprobs.tolist()
@@ -338,7 +368,7 @@ class Scheduler:
             timer = CaptureFreeTimer(self.graphs, spec.clock if spec is not None else time.perf_counter)
             if spec is not None and drafts is not None:
                 with _labelled(VERIFY_RANGE):
-                    emitted = spec.verify(self.rows, drafts, self._params())
+                    emitted = spec.verify(self.rows, drafts, self._params(), self._tree_masks(drafts))
                 width = spec.last_width  # tokens per row in the forward, padding included
             else:
                 with _labelled(DECODE_RANGE):
@@ -363,6 +393,42 @@ class Scheduler:
             self.counters.add_time(decode_step=seconds, decode_device=device)
         self._finish_step(0, emitted)
 
+    def _tree_masks(self, drafts: Sequence[DraftTree]) -> torch.Tensor | None:
+        """``(B, width, V)`` allowed tokens at each tree position of a verify step; ``None`` if all are.
+
+        A position's mask is that of the grammar state its path leads to: the row's own state at
+        the root, and for a draft node the state after the tokens from the root to it (a drafted
+        ``<tool_call>`` opens a block, so the positions under it are constrained). A node the
+        grammar refuses is unreachable (probability 0 at its parent), so what lies under it is
+        left unmasked.
+        """
+        need = [
+            i
+            for i, (s, d) in enumerate(zip(self.rows, drafts, strict=True))
+            if s.tracker is not None and (s.tracker.active or s.tracker.vocabulary.open_id in d.token_ids)
+        ]
+        if not need:
+            return None
+        masks = self.call_masks()
+        width = 1 + max(len(d) for d in drafts)
+        out = torch.ones(
+            (len(self.rows), width, masks.vocabulary.size), dtype=torch.bool, device=self.model.device
+        )
+        for i in need:
+            tracker, draft = self.rows[i].tracker, drafts[i]
+            assert tracker is not None
+            states, reachable = [tracker.state], [True]  # tree position 0 is the root
+            for token, parent in zip(draft.token_ids, draft.parents, strict=True):
+                above = parent + 1
+                state, allowed = tracker.step(states[above], token) if reachable[above] else (None, False)
+                states.append(state)
+                reachable.append(reachable[above] and allowed)
+            for position, (state, ok) in enumerate(zip(states, reachable, strict=True)):
+                if ok and state is not None:
+                    out[i, position] = masks.mask(tracker.grammar, state)
+        self.constrained_steps += 1
+        return out
+
     def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
         """Enter a decode step in the run-ahead ledger: what its run-ahead rows cost and saved."""
         ahead = sum(1 for s in self.rows if s.request.priority == "runahead")
@@ -373,7 +439,8 @@ class Scheduler:
 
     def _plain_decode(self) -> list[Emitted]:
         """One token per row: the classic decode forward."""
-        if self.graphs is not None and self.graphs.fits(len(self.rows), 1):
+        masks = self._call_masks(self.rows)
+        if masks is None and self.graphs is not None and self.graphs.fits(len(self.rows), 1):
             return self._static_decode(self.graphs)
         device = self.model.device
         b = len(self.rows)
@@ -386,11 +453,30 @@ class Scheduler:
         positions = (lengths_t - 1)[:, None]  # (B, 1)
         bias = decode_bias(lengths_t, length, self.model.dtype)  # (B, 1, 1, L)
         logits = self.model.forward(ids, positions, self.cache, 0, positions, bias)[:, 0]  # (B, V)
+        if masks is not None:
+            logits = logits.masked_fill(~masks, float("-inf"))
         rows = self._params()
         tokens, logprobs = sample(logits, rows, self._uniforms(self.rows, rows))
         sync(device)
         out = [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
         self.counters.add_time(forward=time.perf_counter() - start)
+        return out
+
+    def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:
+        """``(B, V)`` allowed tokens of rows inside a tool call (others all allowed); ``None`` if none is.
+
+        Such steps run eagerly: static steps (CUDA graphs) take no mask.
+        """
+        active = [i for i, s in enumerate(seqs) if s.tracker is not None and s.tracker.active]
+        if not active:
+            return None
+        masks = self.call_masks()
+        out = torch.ones((len(seqs), masks.vocabulary.size), dtype=torch.bool, device=self.model.device)
+        for i in active:
+            tracker = seqs[i].tracker
+            assert tracker is not None and tracker.state is not None
+            out[i] = masks.mask(tracker.grammar, tracker.state)
+        self.constrained_steps += 1
         return out
 
     def _static_decode(self, graphs: StepGraphs) -> list[Emitted]:
@@ -419,6 +505,8 @@ class Scheduler:
             start, prefix = len(seq.tokens), seq.cached
             finished = self._commit(seq, em, results)
             new = seq.tokens[start:]
+            if seq.tracker is not None:
+                seq.tracker.feed(new)
             committed += len(new)
             if seq.request.priority == "runahead":
                 runahead += len(new)

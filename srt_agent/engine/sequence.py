@@ -8,12 +8,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest
 from srt_agent.engine.prefix_cache import PrefixHit
+
+if TYPE_CHECKING:
+    from srt_agent.engine.constraint import CallTracker
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,7 @@ class SequenceState:
     admitted: int = -1  # admission order (the newest run-ahead rows are preempted first)
     reported: bool = False  # the draft source has heard of this stream
     reuse: PrefixHit | None = None  # a parked prefix to copy in at prefill (set at admission)
+    tracker: CallTracker | None = None  # where a constrained request is in its tool-call grammar
     share_prompt: bool = False  # park the prompt right after prefill: others admitted with it reuse it
 
     @property

@@ -463,8 +463,8 @@ class TorchEngine:
     def invalid_reason(self, request: GenerationRequest) -> str | None:
         """Why this engine cannot run ``request``, or ``None``.
 
-        A token outside the vocabulary, or stop strings without a tokenizer: :meth:`generate`
-        answers such a request with an abort.
+        A token outside the vocabulary, stop strings without a tokenizer, or a tool grammar the
+        tokenizer cannot serve: :meth:`generate` answers such a request with an abort.
         """
         vocab = self.config.vocab_size
         bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
@@ -472,6 +472,11 @@ class TorchEngine:
             return f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})"
         if request.params.stop_strings and self.tokenizer is None:
             return "stop_strings need a tokenizer: pass tokenizer= to TorchEngine or save one with the model"
+        if request.tool_grammar is not None:
+            try:
+                self._scheduler.call_masks()
+            except ValueError as exc:  # no tokenizer, or no single-token tags (ConstraintError)
+                return str(exc)
         return None
 
     def _submit(self, request: GenerationRequest) -> Future[GenerationOutput]:

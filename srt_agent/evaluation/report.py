@@ -143,6 +143,7 @@ class EvalReport:
         endings: Episodes per :func:`ending` (``terminated``, ``max_turns``, ...).
         kinds: Per task kind, when the env labels its tasks (``info["task_kind"]``); else empty.
         spec: Whether the engine speculated from a tree cache (``None``: not known, an engine instance).
+        constrained: Whether tool-call blocks were decoded under the tools' grammar.
         metrics: The rollout's speculation and time-split figures (``None``: not measured).
         trajectories: The episodes themselves (not part of :meth:`flat`).
     """
@@ -173,6 +174,7 @@ class EvalReport:
     endings: Mapping[str, int] = field(default_factory=dict, hash=False)
     kinds: Mapping[str, KindFigures] = field(default_factory=dict, hash=False)
     spec: bool | None = None
+    constrained: bool = False
     garbled_turns: int = 0
     assistant_turns: int = 0
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
@@ -192,8 +194,9 @@ class EvalReport:
         """The report as one flat JSON object (every value a string, number or null).
 
         Keys: ``schema`` (``"srt-eval/1"``), ``env_id``, ``model``, ``tasks``, ``k``, ``episodes``,
-        ``temperature``, ``seed``, ``first_env_seed``, ``success_rate``, ``pass_hat_k`` (pass^k at
-        the run's k, a fixed key to compare runs), ``pass_hat_1`` .. ``pass_hat_<k>``,
+        ``temperature``, ``constrained_tool_calls``, ``seed``, ``first_env_seed``, ``success_rate``,
+        ``pass_hat_k`` (pass^k at the run's k, a fixed key to compare runs),
+        ``pass_hat_1`` .. ``pass_hat_<k>``,
         ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
         ``mean_tool_calls``, ``garbled_turns``, ``garbled_turn_rate`` (over assistant turns), ``ok``,
@@ -216,6 +219,7 @@ class EvalReport:
             "k": self.k,
             "episodes": self.episodes,
             "temperature": self.temperature,
+            "constrained_tool_calls": self.constrained,
             "seed": self.seed,
             "first_env_seed": self.first_env_seed,
             "success_rate": self.success_rate,
@@ -336,6 +340,7 @@ def summarize(
     wall_s: float,
     spec: bool | None = None,
     metrics: RolloutMetrics | None = None,
+    constrained: bool = False,
 ) -> EvalReport:
     """Build the report of one run: ``k`` trials for each task, a task being one env seed.
 
@@ -382,6 +387,7 @@ def summarize(
         endings=dict(Counter(ending(t) for t in trajectories)),
         kinds={kind: _kind_figures(group, k) for kind, group in by_kind(trajectories).items()},
         spec=spec,
+        constrained=constrained,
         garbled_turns=forms["garbled"],
         assistant_turns=sum(forms.values()),
         metrics=metrics,

@@ -94,6 +94,7 @@ def run_eval(
     device: str = "cpu",
     spec_options: SpecSection | None = None,
     isolation: Literal["thread", "process"] | None = None,
+    constrain_tool_calls: bool = False,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -125,6 +126,8 @@ def run_eval(
         isolation: Where env code runs (``rollout.env_isolation``): ``process`` puts each
             episode's env in a worker process, so an env that crashes, exits or hangs fails its
             episode only; ``None``: the env's registered choice.
+        constrain_tool_calls: Decode every ``<tool_call>`` block under the grammar of the env's
+            tools (``rollout.constrain_tool_calls``; the in-process engine only).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -144,6 +147,7 @@ def run_eval(
         max_new_tokens=max_new_tokens,
         seed=seed,
         env_isolation=isolation,
+        constrain_tool_calls=constrain_tool_calls,
     )
     used_spec: bool | None
     used: Engine
@@ -179,6 +183,7 @@ def run_eval(
         wall_s=wall_s,
         spec=used_spec,
         metrics=batch.metrics,
+        constrained=constrain_tool_calls,
     )
 
 
@@ -233,6 +238,7 @@ class EvalOptions(TypedDict, total=False):
     device: str
     spec_options: SpecSection | None
     isolation: Literal["thread", "process"] | None
+    constrain_tool_calls: bool
 
 
 def failure_examples(trajectories: Sequence[Trajectory]) -> dict[str, tuple[int, str]]:

@@ -64,6 +64,12 @@ class RolloutConfig(BaseModel):
         "worker processes: a crash, exit or hang costs its episode only), or None (each env's registered "
         "choice; thread unless it registered process).",
     )
+    constrain_tool_calls: bool = Field(
+        default=False,
+        description="Decode every <tool_call> block under the grammar of the env's tools (a known tool, its "
+        "parameters, values of their types), as structured-output decoding does; logprobs are those of the "
+        "constrained distribution. In-process engine only.",
+    )
     max_observation_chars: int = Field(
         default=32_000,
         ge=256,

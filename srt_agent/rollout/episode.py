@@ -9,6 +9,7 @@ it takes milliseconds, and HF fast tokenizers are not safe to call from several 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import numbers
@@ -26,6 +27,7 @@ from srt_agent.env.registration import make
 from srt_agent.errors import FAULTS, SrtAgentError, describe_fault, shown
 from srt_agent.isolation import CallTimeout, await_in_thread
 from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, sampling_seed
+from srt_agent.tooling.grammar import ToolCallGrammar
 
 logger = logging.getLogger("srt_agent.rollout")
 _P = ParamSpec("_P")
@@ -205,6 +207,7 @@ class EpisodeRunner:
         self.env: gym.Env[Any, str] | None = None
         self.transcript: TokenTranscript | None = None
         self.task_id = ""
+        self.grammar: ToolCallGrammar | None = None  # with rollout.constrain_tool_calls and tools
         self.requests: list[GenerationRequest] = []
         self.outputs: list[GenerationOutput] = []
         self.gen_times: list[float] = []
@@ -245,6 +248,11 @@ class EpisodeRunner:
     # ------------------------------------------------------------------ the turn loop
     async def _play(self) -> None:
         opening, tools = await self._reset()
+        if self.config.constrain_tool_calls and tools:
+            try:
+                self.grammar = _grammar(json.dumps(tools, sort_keys=True, default=str))
+            except ValueError as exc:
+                raise _EpisodeEnd("failed", f"tool-call grammar: {_describe(exc)}") from exc
         self.transcript = self._render(self.fmt.start, opening, tools)
         cap = self.config.max_turns
         while True:
@@ -321,6 +329,7 @@ class EpisodeRunner:
             params=params,
             task_id=self.task_id,
             draft_group=self.request.env_id,
+            tool_grammar=self.grammar,
         )
 
     async def _generate(self, transcript: TokenTranscript) -> GenerationOutput:
@@ -486,3 +495,12 @@ class EpisodeRunner:
             queue_s=self.queue_s,
             wall_s=wall_s,
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar(tools_json: str) -> ToolCallGrammar:
+    """The grammar of an env's announced tools: one object per distinct tool set.
+
+    The engine's mask cache is keyed by grammar; one shared object keeps its keys few.
+    """
+    return ToolCallGrammar.from_schemas(json.loads(tools_json))

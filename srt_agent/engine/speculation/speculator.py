@@ -266,7 +266,11 @@ class Speculator:
     # --- verification -------------------------------------------------------------------------
 
     def verify(
-        self, rows: Sequence[SequenceState], drafts: Sequence[DraftTree], params: RowParams
+        self,
+        rows: Sequence[SequenceState],
+        drafts: Sequence[DraftTree],
+        params: RowParams,
+        masks: torch.Tensor | None = None,
     ) -> list[Emitted]:
         """Verify every row's draft in one forward and draw the tokens each row emits.
 
@@ -278,6 +282,9 @@ class Speculator:
             rows: The running sequences (cache rows ``0 .. B-1``).
             drafts: One draft per row (may be empty).
             params: The rows' sampling parameters.
+            masks: ``(B, width, V)`` bool, the tokens allowed at each tree position (constrained
+                tool calls: a position's draw is from the masked, renormalised distribution);
+                ``None``: all allowed. Masked steps run eagerly (static steps take no mask).
 
         Returns:
             Per row, what it emits.
@@ -294,7 +301,7 @@ class Speculator:
             for s in rows
         ]
         verdicts: list[Verdict]
-        if self.graphs is not None and self.graphs.fits(len(rows), width):
+        if masks is None and self.graphs is not None and self.graphs.fits(len(rows), width):
             draws = self.graphs.run(
                 [[s.tokens[-1], *d.token_ids] for s, d in zip(rows, drafts, strict=True)],
                 [s.cached for s in rows],
@@ -311,7 +318,7 @@ class Speculator:
             forwarded = time.perf_counter()
             draw = self._draw_all if self._draws_all(self.model.device) else self._draw_walk
             logprob_rows = draw(
-                _DrawInputs(hidden, width, walks, params, table if sampled else None, parents)
+                _DrawInputs(hidden, width, walks, params, table if sampled else None, parents, masks)
             )
             verdicts = [walk.verdict() for walk in walks]
             self.last_width = width
@@ -390,7 +397,11 @@ class Speculator:
                 if table is None
                 else torch.tensor([table[b][len(walks[b].tokens)] for b in active], device=device)
             )
-            tokens, logprobs = sample(self.model.head(hidden[at]), step.params.select(index), uniforms)
+            logits = self.model.head(hidden[at])
+            if step.masks is not None:
+                where = torch.tensor([walks[b].position for b in active], device=device)
+                logits = logits.masked_fill(~step.masks[index, where], float("-inf"))
+            tokens, logprobs = sample(logits, step.params.select(index), uniforms)
             going = []
             for b, token, logprob in zip(active, tokens.tolist(), logprobs.tolist(), strict=True):
                 logprob_rows[b].append(logprob)
@@ -415,6 +426,8 @@ class Speculator:
                 device=step.hidden.device,
             )
         logits = self.model.head(step.hidden).view(len(step.walks), step.width, -1)
+        if step.masks is not None:
+            logits = logits.masked_fill(~step.masks, float("-inf"))
         tokens, logprobs = sample(logits, step.params, uniforms)
         return _advance_walks(step.walks, tokens.tolist(), logprobs.tolist())
 
@@ -464,6 +477,7 @@ class _DrawInputs:
     params: RowParams  # the rows' sampling parameters
     table: list[list[float]] | None  # per row, the uniforms of depths 0 .. width - 1 (None: all greedy)
     parents: list[list[int]]  # per row, each tree position's parent position (-1 for the root)
+    masks: torch.Tensor | None = None  # (B, width, V) allowed tokens per position (None: all)
 
 
 def _depths(parents: list[int], width: int) -> list[int]:

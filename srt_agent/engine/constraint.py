@@ -1,0 +1,196 @@
+"""Tool-call constrained decoding: vocabulary masks from a :class:`ToolCallGrammar`.
+
+A request that carries a grammar (``GenerationRequest.tool_grammar``) samples freely until it
+writes the ``<tool_call>`` token; from there until ``</tool_call>`` every token is drawn from the
+policy's distribution restricted to the tokens that keep the block a prefix of a valid call, and
+renormalised. The logprob the engine reports is that of the restricted distribution: the
+distribution the token was actually drawn from. The opening tag itself is drawn unconstrained, and
+so is everything after the closing tag.
+
+A token is allowed in a state when each of its characters is (special tokens never are, and
+inside a whole call only ``</tool_call>`` is). Masks are computed once per (grammar, state) by a
+walk over a character trie of the vocabulary, pruned where the grammar refuses a character, and
+cached: a call of a tool goes through the same few dozen states whatever its values hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar
+from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
+
+if TYPE_CHECKING:
+    from srt_agent.engine.sequence import Detokenizer
+
+_MAX_CACHED = 20_000  # masks kept (bool, one byte a token): a bound for grammars with open-ended states
+
+
+class ConstraintError(ValueError):
+    """The tokenizer cannot serve tool-call constraints (no single-token tags)."""
+
+
+@dataclass
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+
+
+class Vocabulary:
+    """Every token's text, a character trie over them, and the tag tokens' ids.
+
+    Args:
+        tokenizer: The engine's tokenizer.
+        vocab_size: The model's vocabulary (ids past the tokenizer's have no text).
+
+    Raises:
+        ConstraintError: ``<tool_call>`` or ``</tool_call>`` is not a single token.
+    """
+
+    def __init__(self, tokenizer: Detokenizer, vocab_size: int) -> None:
+        self.size = vocab_size
+        self.root = _Node()
+        self.texts: list[str] = [""] * vocab_size  # each token's text ("" for ids without one)
+        tags: dict[str, int] = {}
+        for i in range(vocab_size):
+            try:
+                text = _text(tokenizer.decode([i], skip_special_tokens=False))
+                plain = _text(tokenizer.decode([i], skip_special_tokens=True))
+            except (IndexError, KeyError, OverflowError, ValueError, TypeError):  # ids past the tokenizer's
+                continue
+            self.texts[i] = text
+            if text in (OPEN_TAG, CLOSE_TAG):
+                tags.setdefault(text, i)
+                continue
+            if not text or plain != text or "\ufffd" in text:
+                continue  # special tokens and partial UTF-8 bytes never appear inside a call
+            node = self.root
+            for ch in text:
+                node = node.children.setdefault(ch, _Node())
+            node.ids.append(i)
+        missing = [t for t in (OPEN_TAG, CLOSE_TAG) if t not in tags]
+        if missing:
+            raise ConstraintError(
+                f"constrained tool calls need {' and '.join(missing)} as single tokens of the tokenizer; "
+                "add them as tokens (tokenizer.add_tokens) or turn tool-call constraints off"
+            )
+        self.open_id, self.close_id = tags[OPEN_TAG], tags[CLOSE_TAG]
+
+
+def _text(decoded: str | list[str]) -> str:
+    return decoded if isinstance(decoded, str) else "".join(decoded)
+
+
+class CallMasks:
+    """Allowed-token masks of a grammar's states over one vocabulary, cached.
+
+    Thread-safe: rows of the engine's loop ask from one thread, but a mask may be built for a
+    test or a benchmark from another.
+    """
+
+    def __init__(self, vocabulary: Vocabulary, device: torch.device) -> None:
+        self.vocabulary = vocabulary
+        self.device = device
+        self._cache: dict[tuple[ToolCallGrammar, CallState], torch.Tensor] = {}
+        self._lock = threading.Lock()
+        self.built = 0  # masks computed (a metric: cache misses)
+
+    def mask(self, grammar: ToolCallGrammar, state: CallState) -> torch.Tensor:
+        """``(V,)`` bool: the tokens that may come next in ``state``."""
+        key = (grammar, state)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        allowed = torch.zeros(self.vocabulary.size, dtype=torch.bool)
+        if state.ended:
+            allowed[self.vocabulary.close_id] = True
+        else:
+            allowed[self._walk(grammar, state)] = True
+        mask = allowed.to(self.device)
+        with self._lock:
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = mask
+            self.built += 1
+        return mask
+
+    def _walk(self, grammar: ToolCallGrammar, state: CallState) -> list[int]:
+        """Ids of every token whose characters the grammar accepts from ``state``."""
+        found: list[int] = []
+        stack: list[tuple[_Node, CallState]] = [(self.vocabulary.root, state)]
+        while stack:
+            node, s = stack.pop()
+            for ch, child in node.children.items():
+                nxt = grammar.advance(s, ch)
+                if nxt is None:
+                    continue
+                found.extend(child.ids)
+                if child.children:
+                    stack.append((child, nxt))
+        return found
+
+
+class CallTracker:
+    """One sequence's place in its grammar: outside a call (``state is None``) or inside one.
+
+    Args:
+        grammar: The request's grammar.
+        vocabulary: The engine's vocabulary (tag ids, and each token's text).
+    """
+
+    def __init__(self, grammar: ToolCallGrammar, vocabulary: Vocabulary) -> None:
+        self.grammar = grammar
+        self.vocabulary = vocabulary
+        self.state: CallState | None = None
+
+    @property
+    def active(self) -> bool:
+        """Inside a call block: the next token is constrained."""
+        return self.state is not None
+
+    def resume(self, prompt_ids: Sequence[int]) -> None:
+        """Start inside a call when the prompt ends in an open one (a caller that forces a prefix).
+
+        The prompt's last ``<tool_call>`` with no ``</tool_call>`` after it, and what follows it,
+        set the state; a prefix the grammar refuses leaves the request unconstrained until its
+        next opening tag.
+        """
+        vocab = self.vocabulary
+        for i in range(len(prompt_ids) - 1, -1, -1):
+            token = prompt_ids[i]
+            if token == vocab.close_id:
+                return
+            if token == vocab.open_id:
+                self.feed(prompt_ids[i:])
+                return
+
+    def feed(self, tokens: Sequence[int]) -> None:
+        """Advance over committed tokens.
+
+        A token the grammar refuses (only possible for tokens the engine did not draw under the
+        mask, such as a forced prompt) ends the constraint for this block rather than the request:
+        the env's parser will report the call as malformed, as it would unconstrained.
+        """
+        for token in tokens:
+            self.state, _ = self.step(self.state, token)
+
+    def step(self, state: CallState | None, token: int) -> tuple[CallState | None, bool]:
+        """The state after ``token`` from ``state``, and whether the grammar allows the token there.
+
+        Outside a block every token is allowed and ``<tool_call>`` opens one; inside, the closing
+        tag is allowed once the call is whole, and another token when its text is.
+        """
+        vocab = self.vocabulary
+        if state is None:
+            return (self.grammar.start() if token == vocab.open_id else None), True
+        if token == vocab.close_id:
+            return None, state.ended
+        text = vocab.texts[token] if 0 <= token < len(vocab.texts) else ""
+        nxt = self.grammar.feed(state, text) if text and token != vocab.open_id else None
+        return nxt, nxt is not None

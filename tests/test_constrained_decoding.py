@@ -1,0 +1,231 @@
+"""Constrained tool calls sample exactly the policy restricted to the grammar, and report its logprobs.
+
+A random model over an 8-token vocabulary whose tokens are pieces of tool calls (the tags, ``{"name":
+"``, ``a``, ``b``, ``"``, the rest of a call) and an end-of-turn special token, with tools named
+``a``, ``b``, ``ab`` and ``ba``. The exact joint distribution of the first tokens generated is
+computed from teacher-forced HF forwards over every continuation, each position masked by an
+independent reference of the rule (free outside a block; inside one, a token is allowed when the
+grammar accepts its text; after a whole call only the closing tag), renormalised, then processed
+like the engine's sampling. Thousands of seeded requests, batched, with drafts sampled from the
+unconstrained model (so drafts do hold opening tags and what follows them), are compared with it by
+a chi-square test; a token of probability 0 fails outright; every reported logprob must be the
+masked distribution's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from spec_drafters import ModelDrafts
+from stats_fixtures import chi_square_p
+from transformers import AutoModelForCausalLM
+
+from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+from srt_agent.engine.constraint import ConstraintError, Vocabulary
+from srt_agent.engine.sampling import RowParams, processed_logprobs
+from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.speed.random_model import save_random_model
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TEXTS = ("<tool_call>", "</tool_call>", '{"name": "', "a", "b", '"', ', "arguments": {}}', "<|im_end|>")
+OPEN, CLOSE, END = 0, 1, 7
+V = len(TEXTS)
+GRAMMAR = ToolCallGrammar.from_schemas(
+    [
+        {"name": n, "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}
+        for n in ("a", "b", "ab", "ba")
+    ]
+)
+WINDOW = 4
+MAX_NEW = 6
+
+
+class PieceTokenizer:
+    """The test vocabulary as a tokenizer: one text per id, ``<|im_end|>`` special."""
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(TEXTS[t] for t in token_ids if not (skip_special_tokens and t == END))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_model(
+        tmp_path_factory.mktemp("constrained"),
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        init_std=0.25,
+        seed=7,
+    )
+
+
+def reference_state(tokens: tuple[int, ...]) -> CallState | str | None:
+    """Where ``tokens`` leave a sequence: outside a block (None), inside (a state), or broken."""
+    state: CallState | None = None
+    for t in tokens:
+        if state is None:
+            if t == OPEN:
+                state = GRAMMAR.start()
+        elif t == CLOSE:
+            state = None
+        else:
+            nxt = GRAMMAR.feed(state, TEXTS[t]) if t not in (OPEN, END) else None
+            if nxt is None:
+                return "broken"
+            state = nxt
+    return state
+
+
+def reference_mask(tokens: tuple[int, ...]) -> torch.Tensor:
+    state = reference_state(tokens)
+    if state is None:
+        return torch.ones(V, dtype=torch.bool)
+    assert isinstance(state, CallState), f"{tokens} left the grammar"
+    if state.ended:
+        return torch.tensor([t == CLOSE for t in range(V)])
+    return torch.tensor(
+        [t not in (OPEN, CLOSE, END) and GRAMMAR.feed(state, TEXTS[t]) is not None for t in range(V)]
+    )
+
+
+def tables(
+    model_dir: Path, prompt: tuple[int, ...], params: SamplingParams
+) -> tuple[dict[tuple[int, ...], torch.Tensor], dict[tuple[int, ...], torch.Tensor]]:
+    """Masked (what the engine must sample) and raw next-token probabilities after each continuation."""
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    grid = torch.cartesian_prod(*[torch.arange(V)] * WINDOW)
+    ids = torch.cat([torch.tensor(prompt).expand(len(grid), -1), grid], dim=1)
+    with torch.no_grad():
+        logits = hf(ids).logits[:, len(prompt) - 1 :]  # (V^W, W + 1, V)
+    masked: dict[tuple[int, ...], torch.Tensor] = {}
+    raw: dict[tuple[int, ...], torch.Tensor] = {}
+    for i, cont in enumerate(grid.tolist()):
+        for k in range(WINDOW + 1):
+            context = tuple(cont[:k])
+            if context in raw:
+                continue
+            raw[context] = logits[i, k].softmax(-1)
+            if reference_state(prompt + context) == "broken":
+                continue
+            mask = reference_mask(prompt + context)
+            row = logits[i, k].masked_fill(~mask, float("-inf"))[None]
+            masked[context] = processed_logprobs(row, RowParams.build([params], V, torch.device("cpu")))[
+                0
+            ].exp()
+    return masked, raw
+
+
+def joint(masked: dict[tuple[int, ...], torch.Tensor]) -> dict[tuple[int, ...], float]:
+    out = {(): 1.0}
+    for _ in range(WINDOW):
+        out = {(*c, t): p * float(masked[c][t]) for c, p in out.items() for t in range(V) if masked[c][t] > 0}
+    return out
+
+
+def generate(
+    model_dir: Path,
+    prompt: tuple[int, ...],
+    params: SamplingParams,
+    n: int,
+    drafts: str = "raw",
+    **engine: Any,
+) -> tuple[list[tuple[int, ...]], list[tuple[float, ...]], dict[tuple[int, ...], torch.Tensor], float]:
+    masked, raw = tables(model_dir, prompt, params)
+
+    def dist(context: tuple[int, ...]) -> list[float] | None:
+        probs = (raw if drafts == "raw" else masked).get(context)
+        return probs.tolist() if probs is not None else None
+
+    spec = SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=512 * 6)
+    requests = [
+        GenerationRequest(
+            f"r{i}",
+            prompt,
+            SamplingParams(
+                temperature=params.temperature, top_p=params.top_p, max_new_tokens=MAX_NEW, seed=100 + i
+            ),
+            tool_grammar=GRAMMAR,
+        )
+        for i in range(n)
+    ]
+    with TorchEngine(
+        model_dir,
+        max_batch_size=512,
+        draft_source=ModelDrafts(dist, V, seed=3),
+        spec=spec,
+        tokenizer=PieceTokenizer(),
+        **engine,
+    ) as eng:
+        outs = eng.generate(requests)
+        tokens_per_forward = eng.spec_stats().tokens_per_forward
+    assert all(o.finish_reason in ("length", "stop") and not o.error for o in outs), outs[0]
+    return [o.token_ids for o in outs], [o.logprobs for o in outs], masked, tokens_per_forward
+
+
+SAMPLES = 3_000
+
+
+@pytest.mark.parametrize(
+    ("prompt", "engine"),
+    [
+        # free until the model opens a block; drafts from the unconstrained model (opening tags
+        # drafted, and tokens under them the grammar refuses)
+        ((END, 5, 3), {}),
+        ((END, 5, 3), {"cuda_graphs": True}),  # the static steps (eager on CPU) outside blocks
+        # a prompt that ends inside an open block; drafts from the masked distribution (accepted)
+        ((END, OPEN), {"drafts": "masked"}),
+    ],
+)
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_constrained_samples_follow_the_masked_distribution(
+    model_dir: Path, prompt: tuple[int, ...], engine: dict[str, Any], temperature: float
+) -> None:
+    params = SamplingParams(temperature=temperature)
+    seqs, logprobs, masked, tokens_per_forward = generate(model_dir, prompt, params, SAMPLES, **engine)
+    counts = Counter(s[:WINDOW] for s in seqs)
+    expected = joint(masked)
+    assert all(cell in expected for cell in counts), "sampled a token the grammar refuses"
+    p_value = chi_square_p(counts, expected, SAMPLES)
+    print(f"{prompt} T={temperature}: p = {p_value:.3f}, {len(counts)} cells, {tokens_per_forward:.2f}/fwd")
+    assert p_value > 0.01
+    assert tokens_per_forward > 1.15  # drafts, inside blocks too, were verified under the masks
+    inside = sum(1 for s in seqs if isinstance(reference_state(prompt + s[:WINDOW]), CallState))
+    assert inside > SAMPLES // 20  # blocks were opened and written under the mask
+    for seq, lps in zip(seqs, logprobs, strict=True):
+        for k in range(WINDOW):
+            want = float(masked[seq[:k]][seq[k]].log())
+            assert abs(lps[k] - want) < 1e-4, (seq, k, lps[k], want)
+
+
+def test_greedy_takes_the_masked_argmax(model_dir: Path) -> None:
+    prompt = (END, OPEN)
+    params = SamplingParams(temperature=0.0)
+    seqs, _, masked, _ = generate(model_dir, prompt, params, 4)
+    context: tuple[int, ...] = ()
+    for _ in range(WINDOW):
+        context = (*context, int(masked[context].argmax()))
+    assert {s[:WINDOW] for s in seqs} == {context}
+    assert isinstance(reference_state(prompt + context), CallState)
+
+
+def test_a_tokenizer_without_single_token_tags_is_refused_with_the_fix(model_dir: Path) -> None:
+    class Plain(PieceTokenizer):
+        def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+            return "".join("x" if TEXTS[t].endswith("tool_call>") else TEXTS[t] for t in token_ids)
+
+    with pytest.raises(ConstraintError, match="single tokens"):
+        Vocabulary(Plain(), V)
+    request = GenerationRequest("r", (END, 3), SamplingParams(max_new_tokens=2), tool_grammar=GRAMMAR)
+    with TorchEngine(model_dir, tokenizer=Plain()) as eng:
+        out = eng.generate([request])[0]
+    assert out.finish_reason == "abort" and out.error is not None and "tokenizer.add_tokens" in out.error
