@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "SrtAgentError": "srt_agent.errors",
     "Tool": "srt_agent.tooling.definition",
     "ToolCall": "srt_agent.tooling.parser",
+    "ToolCallGrammar": "srt_agent.tooling.grammar",
     "ToolResult": "srt_agent.tooling.toolset",
     "ToolSet": "srt_agent.tooling.toolset",
     "Transition": "srt_agent.env.multi_turn",
@@ -51,6 +52,7 @@ __all__ = [
     "SrtAgentError",
     "Tool",
     "ToolCall",
+    "ToolCallGrammar",
     "ToolResult",
     "ToolSet",
     "Transition",
@@ -94,5 +96,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from srt_agent.env.registration import UnknownEnvError, make, register_env, registered_envs
     from srt_agent.errors import SrtAgentError
     from srt_agent.tooling.definition import Tool, tool
+    from srt_agent.tooling.grammar import ToolCallGrammar
     from srt_agent.tooling.parser import ParsedTurn, ToolCall, parse_tool_calls
     from srt_agent.tooling.toolset import ToolResult, ToolSet

@@ -229,3 +229,45 @@ def test_a_tokenizer_without_single_token_tags_is_refused_with_the_fix(model_dir
     with TorchEngine(model_dir, tokenizer=Plain()) as eng:
         out = eng.generate([request])[0]
     assert out.finish_reason == "abort" and out.error is not None and "tokenizer.add_tokens" in out.error
+
+
+def test_rollouts_ask_for_the_grammar_of_the_env_tools_only_when_configured() -> None:
+    from scripted_engine import ScriptedEngine
+    from test_rollout_support import tiny_format
+
+    from srt_agent.rollout import EpisodeRequest, run_rollouts
+
+    fmt = tiny_format()
+    seen: dict[bool, list[GenerationRequest]] = {}
+    for constrain in (False, True):
+        engine = ScriptedEngine(fmt, lambda req: "<answer>1</answer>")
+        [traj] = run_rollouts(
+            engine, fmt, [EpisodeRequest("srt/Calculator-v0", seed=0)], constrain_tool_calls=constrain
+        )
+        assert traj.status == "ok"
+        seen[constrain] = [c.request for c in engine.calls]
+    assert all(r.tool_grammar is None for r in seen[False])
+    grammars = {r.tool_grammar for r in seen[True]}
+    assert len(grammars) == 1
+    [grammar] = grammars
+    assert grammar is not None and [name for name, _ in grammar.tools] == ["calculator"]
+
+
+def test_a_server_engine_refuses_constrained_requests_with_the_fix() -> None:
+    from srt_agent.evaluation import run_eval
+    from srt_agent.serving.engine_config import EngineConfig
+
+    with pytest.raises(ValueError, match="in-process engine"):
+        run_eval(
+            "srt/Calculator-v0",
+            "unused-model-dir",
+            engine=EngineConfig(kind="sglang", url="http://127.0.0.1:1"),
+            constrain_tool_calls=True,
+        )
+
+
+def test_training_refuses_constrained_rollouts_with_the_reason() -> None:
+    from srt_agent.config.sections import RolloutSection
+
+    with pytest.raises(ValueError, match="learner scores tokens under the unconstrained policy"):
+        RolloutSection(constrain_tool_calls=True)

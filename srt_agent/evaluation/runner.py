@@ -138,6 +138,11 @@ def run_eval(
         ModelLoadError: ``model`` is a directory that cannot be loaded.
         ValueError: Bad counts or seeds, or an engine without ``fmt``.
     """
+    if constrain_tool_calls and engine is not None and engine.kind == "sglang":
+        raise ValueError(
+            "--constrain-tool-calls needs the in-process engine (--engine torch): a server engine does "
+            "not apply the grammar"
+        )
     specs = eval_episodes(env_id, episodes, k, first_seed=first_seed, env_options=env_options)
     validate_env_options(env_id, env_options)  # a typo fails in milliseconds, before the model loads
     config = RolloutConfig(

@@ -484,6 +484,13 @@ class SGLangEngine:
     # ------------------------------------------------------------------ internals
     def _check_length(self, request: GenerationRequest) -> None:
         check_room(request, self._max_context)
+        if request.tool_grammar is not None:
+            # The wire carries token ids and sampling options only; dropping the grammar would
+            # sample a different distribution than the caller asked for.
+            raise ValueError(
+                f"request {request.request_id!r} asks for constrained tool calls, which a server engine "
+                "does not apply; use the in-process engine (--engine torch) or turn the constraint off"
+            )
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         if self._closed:
