@@ -266,8 +266,66 @@ def test_a_server_engine_refuses_constrained_requests_with_the_fix() -> None:
         )
 
 
-def test_training_refuses_constrained_rollouts_with_the_reason() -> None:
-    from srt_agent.config.sections import RolloutSection
+@pytest.mark.parametrize("constrained", [True, False])
+def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
+    model_dir: Path, constrained: bool
+) -> None:
+    """The trainer's logprobs of constrained rollouts equal the engine's (the first PPO ratio is 1).
 
-    with pytest.raises(ValueError, match="learner scores tokens under the unconstrained policy"):
-        RolloutSection(constrain_tool_calls=True)
+    Without the masks (the learner scoring the unconstrained policy) they differ: the check can fail.
+    """
+    from srt_agent.algo import logprobs_of
+    from srt_agent.config import RunConfig
+    from srt_agent.contracts.trajectory import Trajectory, TurnRecord
+    from srt_agent.engine.constraint import CallMasks
+    from srt_agent.train.learner import Learner
+    from srt_agent.train.optim import build_optimizer
+    from srt_agent.train.policy_model import PolicyModel, unpack
+
+    prompt = (END, 5, 3)
+    seqs, logprobs, _, _ = generate(model_dir, prompt, SamplingParams(temperature=1.0), 64)
+    trajectories = []
+    for i, (seq, lps) in enumerate(zip(seqs, logprobs, strict=True)):
+        n = len(prompt) + len(seq)
+        turn = TurnRecord(0, len(prompt), n, "", "length", 0.0, 1, None, 0.0)
+        trajectories.append(
+            Trajectory(
+                episode_id=f"e{i}",
+                env_id="test",
+                task_id="t",
+                seed=0,
+                trial=i,
+                token_ids=prompt + seq,
+                loss_mask=(0,) * len(prompt) + (1,) * len(seq),
+                logprobs=(0.0,) * len(prompt) + lps,
+                turns=(turn,),
+                total_reward=float(i % 2),
+                success=bool(i % 2),
+                terminated=True,
+                truncated=False,
+                status="ok",
+                reason="",
+                tool_calls=0,
+                tool_errors=0,
+                messages=(),
+                tool_grammar=GRAMMAR,
+            )
+        )
+    cpu = torch.device("cpu")
+    policy = PolicyModel.load(model_dir, cpu)
+    cfg = RunConfig()
+    optimizer, scheduler = build_optimizer(policy, cfg)
+    masks = CallMasks(Vocabulary(PieceTokenizer(), V), cpu) if constrained else None
+    learner = Learner(policy, optimizer, scheduler, cfg, cpu, call_masks=masks)
+    prep = learner.prepare(trajectories)
+    mb = prep.micro(list(range(len(trajectories))), cpu)
+    with torch.no_grad():
+        out = policy(mb.token_ids, mb.attention_mask, mb.loss_mask)
+        sampled = mb.token_ids[mb.loss_mask.bool()]
+        trainer_lps = unpack(logprobs_of(mb.logits(out), sampled, cfg.rollout.temperature), mb.loss_mask)
+    gap = float(((trainer_lps - mb.old_logprobs).abs() * mb.loss_mask).max())
+    if constrained:
+        assert mb.allowed_index is not None and mb.allowed_index.numel() > 20  # tokens inside calls
+        assert gap < 1e-4
+    else:
+        assert mb.allowed_index is None and gap > 0.05

@@ -125,12 +125,6 @@ class RolloutSection(RolloutConfig):
                 f"temperature must be > 0 for training (got {self.temperature}): the policy gradient "
                 "needs the sampling distribution; greedy rollouts are for `srt-agent eval --temperature 0`"
             )
-        if self.constrain_tool_calls:
-            raise ValueError(
-                "rollout.constrain_tool_calls is for evaluation (`srt-agent eval --constrain-tool-calls`): "
-                "the learner scores tokens under the unconstrained policy, so training rollouts must "
-                "sample that policy"
-            )
         # Their values here are never used; a written-out config carries the defaults, which pass.
         for key, where, default in (
             ("max_turns", "env.max_turns", None),

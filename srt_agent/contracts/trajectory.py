@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from srt_agent.chat.messages import Message
 from srt_agent.contracts.generation import FinishReason
+
+if TYPE_CHECKING:
+    from srt_agent.tooling.grammar import ToolCallGrammar
 
 Status = Literal["ok", "truncated", "failed"]
 """How an episode ended: ``ok`` (the env terminated it), ``truncated`` (the env's turn limit, the
@@ -99,6 +102,8 @@ class Trajectory:
             it started.
         wall_s: Wall seconds from start to end, excluding ``queue_s``. What is left after
             ``generation_s`` and ``env_s`` is chat-template rendering and event-loop waits.
+        tool_grammar: The grammar its tool calls were decoded under (``rollout.constrain_tool_calls``),
+            so that the learner scores the same masked distribution; ``None``: unconstrained.
     """
 
     episode_id: str
@@ -125,6 +130,7 @@ class Trajectory:
     setup_s: float = 0.0
     queue_s: float = 0.0
     wall_s: float = 0.0
+    tool_grammar: ToolCallGrammar | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)

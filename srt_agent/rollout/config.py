@@ -68,7 +68,7 @@ class RolloutConfig(BaseModel):
         default=False,
         description="Decode every <tool_call> block under the grammar of the env's tools (a known tool, its "
         "parameters, values of their types), as structured-output decoding does; logprobs are those of the "
-        "constrained distribution. In-process engine only.",
+        "constrained distribution, and training scores that distribution too. In-process engine only.",
     )
     max_observation_chars: int = Field(
         default=32_000,

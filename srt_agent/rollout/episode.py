@@ -494,6 +494,7 @@ class EpisodeRunner:
             setup_s=sum(s for where, s in self.env_calls if where in ("make", "reset")),
             queue_s=self.queue_s,
             wall_s=wall_s,
+            tool_grammar=self.grammar,
         )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +41,8 @@ from srt_agent.algo import (
 )
 from srt_agent.config import RunConfig
 from srt_agent.contracts.trajectory import Trajectory
+from srt_agent.engine.constraint import CallMasks
+from srt_agent.train.constrained import allowed_tokens, micro_allowed
 from srt_agent.train.objective import MicroBatch, micro_loss
 from srt_agent.train.policy_model import PolicyModel, unpack
 
@@ -79,6 +81,8 @@ class PreparedBatch:
         returns: ``(B, T)``.
         old_values: ``(B, T)`` critic values at rollout time (GAE), else ``None``.
         ref_logprobs: ``(B, T)`` reference logprobs (when ``algo.kl.coef > 0``), else ``None``.
+        allowed: Per row, the masks its constrained tool-call tokens were drawn under
+            (:func:`~srt_agent.train.constrained.allowed_tokens`); empty when nothing was constrained.
     """
 
     batch: TokenBatch
@@ -87,6 +91,7 @@ class PreparedBatch:
     returns: Tensor
     old_values: Tensor | None
     ref_logprobs: Tensor | None
+    allowed: tuple[Mapping[int, Tensor], ...] = ()
 
     def micro(self, rows: Sequence[int], device: torch.device) -> MicroBatch:
         """The rows as a :class:`MicroBatch` on ``device``, trimmed to their longest row."""
@@ -97,15 +102,19 @@ class PreparedBatch:
             return None if t is None else t[idx, :width].to(device)
 
         b = self.batch
+        loss_mask = b.loss_mask[idx, :width]
+        constrained = micro_allowed(dict(enumerate(self.allowed)), list(rows), loss_mask, device)
         return MicroBatch(
             token_ids=b.token_ids[idx, :width].to(device),
             attention_mask=b.attention_mask[idx, :width].to(device),
-            loss_mask=b.loss_mask[idx, :width].to(device),
+            loss_mask=loss_mask.to(device),
             old_logprobs=b.logprobs[idx, :width].to(device),
             advantages=self.advantages[idx, :width].to(device),
             returns=self.returns[idx, :width].to(device),
             old_values=take(self.old_values),
             ref_logprobs=take(self.ref_logprobs),
+            allowed_index=None if constrained is None else constrained[0],
+            allowed_masks=None if constrained is None else constrained[1],
         )
 
 
@@ -119,6 +128,9 @@ class Learner:
         cfg: The run config.
         device: Where the policy lives.
         reference: The frozen reference model (only when ``algo.kl.coef > 0``).
+        call_masks: The tool-call masks over the policy's vocabulary, when rollouts decode tool
+            calls constrained (``rollout.constrain_tool_calls``): the learner then scores those
+            tokens under the same masked distribution.
     """
 
     def __init__(
@@ -129,9 +141,11 @@ class Learner:
         cfg: RunConfig,
         device: torch.device,
         reference: PolicyModel | None = None,
+        call_masks: CallMasks | None = None,
     ) -> None:
         self.policy, self.optimizer, self.scheduler = policy, optimizer, scheduler
         self.cfg, self.device, self.reference = cfg, device, reference
+        self.call_masks = call_masks
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         if self.device.type == "cuda" and self.cfg.optim.bf16:
@@ -152,18 +166,24 @@ class Learner:
         batch = collate(trajectories)
         width = batch.token_ids.shape[1]
         lengths = [len(t.token_ids) for t in trajectories]
+        masks = self.call_masks
+        allowed = tuple(allowed_tokens(t, masks) for t in trajectories) if masks is not None else ()
         rewards = token_rewards(
             trajectories,
             length=width,
             placement=a.reward_placement,
             turn_bonuses=self._overlong(trajectories) if a.overlong.enabled else None,
         )
-        ref = self._no_grad_rows(batch, lengths, self._ref_logprobs) if self.reference is not None else None
+        ref = (
+            self._no_grad_rows(batch, lengths, self._ref_logprobs, allowed)
+            if self.reference is not None
+            else None
+        )
         if ref is not None and a.kl.mode == "reward":
             rewards = kl_penalized_rewards(
                 rewards, batch.logprobs, ref, batch.loss_mask, a.kl.coef, a.kl.estimator
             )
-        values = self._no_grad_rows(batch, lengths, self._values) if a.uses_critic else None
+        values = self._no_grad_rows(batch, lengths, self._values, allowed) if a.uses_critic else None
         adv = compute_advantages(
             a.estimator,
             rewards,
@@ -176,7 +196,7 @@ class Learner:
         advantages = adv.advantages
         if a.negative_weight != 1.0:
             advantages = scale_negative(advantages, a.negative_weight)
-        return PreparedBatch(batch, lengths, advantages, adv.returns, values, ref)
+        return PreparedBatch(batch, lengths, advantages, adv.returns, values, ref, allowed)
 
     def _overlong(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
         o, limit = self.cfg.algo.overlong, self.cfg.rollout.max_new_tokens
@@ -191,7 +211,7 @@ class Learner:
         assert self.reference is not None
         out = self.reference(mb.token_ids, mb.attention_mask, mb.loss_mask)
         sampled = mb.token_ids[mb.loss_mask.bool()]
-        return unpack(logprobs_of(out.logits, sampled, self.cfg.rollout.temperature), mb.loss_mask)
+        return unpack(logprobs_of(mb.logits(out), sampled, self.cfg.rollout.temperature), mb.loss_mask)
 
     def _values(self, mb: MicroBatch) -> Tensor:
         values: Tensor | None = self.policy(mb.token_ids, mb.attention_mask, mb.loss_mask).values
@@ -199,11 +219,15 @@ class Learner:
         return unpack(values, mb.loss_mask)
 
     def _no_grad_rows(
-        self, batch: TokenBatch, lengths: list[int], fn: Callable[[MicroBatch], Tensor]
+        self,
+        batch: TokenBatch,
+        lengths: list[int],
+        fn: Callable[[MicroBatch], Tensor],
+        allowed: tuple[Mapping[int, Tensor], ...] = (),
     ) -> Tensor:
         """``fn`` over every row in micro-batches, without gradient, assembled to ``(B, T)``."""
         zeros = torch.zeros_like(batch.logprobs)
-        scratch = PreparedBatch(batch, lengths, zeros, zeros, None, None)
+        scratch = PreparedBatch(batch, lengths, zeros, zeros, None, None, allowed)
         out = torch.zeros_like(batch.logprobs)
         budget = self.cfg.optim.micro_batch_tokens
         with torch.no_grad(), self._autocast():

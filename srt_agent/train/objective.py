@@ -16,6 +16,7 @@ from torch import Tensor
 from srt_agent.algo import Aggregation, entropy_of, kl_loss, logprobs_of, masked_mean, policy_loss
 from srt_agent.algo import value_loss as clipped_value_loss
 from srt_agent.config import RunConfig
+from srt_agent.train.constrained import constrain_logits
 from srt_agent.train.policy_model import PolicyOutput, unpack
 
 
@@ -32,6 +33,9 @@ class MicroBatch:
         returns: Per-token returns (the critic's targets).
         old_values: Values at rollout time (GAE only).
         ref_logprobs: The reference policy's logprobs (KL in the loss only).
+        allowed_index: Packed rows (of the policy's logits) of tokens sampled inside a constrained
+            tool call, or ``None``.
+        allowed_masks: ``(n, V)`` bool, the tokens each of those was drawn among.
     """
 
     token_ids: Tensor
@@ -42,6 +46,12 @@ class MicroBatch:
     returns: Tensor
     old_values: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    allowed_index: Tensor | None = None
+    allowed_masks: Tensor | None = None
+
+    def logits(self, out: PolicyOutput) -> Tensor:
+        """A forward's logits at the sampled tokens, restricted where the rollout was constrained."""
+        return constrain_logits(out.logits, self.allowed_index, self.allowed_masks)
 
     @property
     def num_tokens(self) -> int:
@@ -83,7 +93,8 @@ def micro_loss(out: PolicyOutput, mb: MicroBatch, cfg: RunConfig, agg: Aggregati
     a, temperature = cfg.algo, cfg.rollout.temperature
     mask = mb.loss_mask
     sampled = mb.token_ids[mask.bool()]  # (N,) in the order of out.logits' rows
-    logprobs = unpack(logprobs_of(out.logits, sampled, temperature), mask)  # (b, L), 0 off the mask
+    logits = mb.logits(out)  # the distribution each token was sampled from (masked in tool calls)
+    logprobs = unpack(logprobs_of(logits, sampled, temperature), mask)  # (b, L), 0 off the mask
     loss, pstats = policy_loss(
         logprobs,
         mb.old_logprobs,
@@ -101,7 +112,7 @@ def micro_loss(out: PolicyOutput, mb: MicroBatch, cfg: RunConfig, agg: Aggregati
         # before the first update; bf16 autocast on CUDA shows up here).
         diff = (logprobs - mb.old_logprobs).abs()
         means["logprob_mismatch"] = float(masked_mean(diff, mask))
-    entropy = unpack(entropy_of(out.logits if a.entropy_coef > 0 else out.logits.detach(), temperature), mask)
+    entropy = unpack(entropy_of(logits if a.entropy_coef > 0 else logits.detach(), temperature), mask)
     means["entropy"] = float(masked_mean(entropy.detach(), mask))
     if a.entropy_coef > 0:
         bonus = a.entropy_coef * agg(entropy, mask)

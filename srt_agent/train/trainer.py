@@ -36,6 +36,7 @@ from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
+from srt_agent.engine.constraint import CallMasks, Vocabulary
 from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.train.checkpoint import (
     Checkpoint,
@@ -195,7 +196,11 @@ class Trainer:
             if self.policy.value_head is not None and (model_dir / VALUE_HEAD_FILE).is_file():
                 check_finite(f"model/{VALUE_HEAD_FILE}", self.policy.value_head.state_dict().items())
         optimizer, scheduler = build_optimizer(self.policy, cfg)
-        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
+        call_masks = None
+        if cfg.rollout.constrain_tool_calls:  # the learner scores what the engine sampled: the masked policy
+            vocabulary = Vocabulary(self.fmt.tokenizer, int(self.policy.hf.config.vocab_size))
+            call_masks = CallMasks(vocabulary, torch.device("cpu"))
+        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference, call_masks)
         self.state = RunState()
         if ckpt is None:
             random.seed(cfg.trainer.seed)
