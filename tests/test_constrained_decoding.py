@@ -22,6 +22,7 @@ import pytest
 import torch
 from spec_drafters import ModelDrafts
 from stats_fixtures import chi_square_p
+from test_engine_spec_exact import save_exact_model
 from transformers import AutoModelForCausalLM
 
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
@@ -29,7 +30,6 @@ from srt_agent.engine.constraint import ConstraintError, Vocabulary
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
-from srt_agent.speed.random_model import save_random_model
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -56,17 +56,7 @@ class PieceTokenizer:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_random_model(
-        tmp_path_factory.mktemp("constrained"),
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        init_std=0.25,
-        seed=7,
-    )
+    return save_exact_model(tmp_path_factory.mktemp("constrained"))  # also an 8-token vocabulary
 
 
 def reference_state(tokens: tuple[int, ...]) -> CallState | str | None:
@@ -198,7 +188,7 @@ def test_constrained_samples_follow_the_masked_distribution(
     p_value = chi_square_p(counts, expected, SAMPLES)
     print(f"{prompt} T={temperature}: p = {p_value:.3f}, {len(counts)} cells, {tokens_per_forward:.2f}/fwd")
     assert p_value > 0.01
-    assert tokens_per_forward > 1.15  # drafts, inside blocks too, were verified under the masks
+    assert tokens_per_forward > 1.1  # drafts, inside blocks too, were verified under the masks
     inside = sum(1 for s in seqs if isinstance(reference_state(prompt + s[:WINDOW]), CallState))
     assert inside > SAMPLES // 20  # blocks were opened and written under the mask
     for seq, lps in zip(seqs, logprobs, strict=True):
