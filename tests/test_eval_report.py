@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 import itertools
 import json
@@ -118,6 +120,12 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     Console(file=out, width=100).print(report().table())
     text = out.getvalue()
     assert "pass^2" in text and "33.3%" in text and "env raised ValueError" in text
+    assert "grammar" not in text
+    constrained = dataclasses.replace(report(), constrained=True)
+    assert constrained.flat()["constrained_tool_calls"] is True
+    out = io.StringIO()
+    Console(file=out, width=100).print(constrained.table())
+    assert "decoded under the tools' grammar" in out.getvalue()
 
 
 def test_labelled_tasks_get_per_kind_figures_and_endings_their_shares() -> None:

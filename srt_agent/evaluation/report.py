@@ -282,6 +282,7 @@ class EvalReport:
             ("mean reward", f"{self.mean_reward:.3f}"),
             ("mean turns", f"{self.mean_turns:.2f}"),
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
+            *((("  decoded under the tools' grammar", "yes"),) if self.constrained else ()),
             ("garbled turns", f"{self.garbled_turns} of {self.assistant_turns}"),
             ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
             *(
