@@ -180,6 +180,13 @@ SAMPLES = 3_000
 def test_constrained_samples_follow_the_masked_distribution(
     model_dir: Path, prompt: tuple[int, ...], engine: dict[str, Any], temperature: float
 ) -> None:
+    check_masked_sampling(model_dir, prompt, temperature, **engine)
+
+
+def check_masked_sampling(
+    model_dir: Path, prompt: tuple[int, ...], temperature: float, **engine: Any
+) -> None:
+    """Chi-square of constrained samples against the exact masked distribution; logprobs against it."""
     params = SamplingParams(temperature=temperature)
     seqs, logprobs, masked, tokens_per_forward = generate(model_dir, prompt, params, SAMPLES, **engine)
     counts = Counter(s[:WINDOW] for s in seqs)

@@ -18,6 +18,7 @@ import pytest
 import torch
 from spec_drafters import NoisyReplay
 from stats_fixtures import chi_square_p
+from test_constrained_decoding import END, OPEN, check_masked_sampling
 from test_engine_spec import ALWAYS, REQUESTS, VOCAB, _book, _spec_engine
 from test_engine_spec_exact import CASES, _sample, save_exact_model
 from transformers import AutoModelForCausalLM
@@ -159,3 +160,14 @@ def test_cuda_speculative_samples_follow_the_exact_distribution(
     print(f"cuda {case} ({mode}): p = {p_value:.3f}, tokens/forward = {tokens_per_forward:.2f}")
     assert p_value > 0.01
     assert tokens_per_forward > 1.15
+
+
+@pytest.mark.parametrize("prompt", [(END, 5, 3), (END, OPEN)])
+def test_constrained_tool_calls_are_exact_on_cuda(tmp_path: Path, prompt: tuple[int, ...]) -> None:
+    # Static steps (CUDA graphs) outside blocks, eager masked steps inside them, float32 so that
+    # the recorded logprobs can be held to 1e-4.
+    model_dir = save_exact_model(tmp_path)
+    drafts = "masked" if prompt[-1] == OPEN else "raw"
+    check_masked_sampling(
+        model_dir, prompt, 1.0, device=CUDA, dtype=torch.float32, cuda_graphs=True, drafts=drafts
+    )
