@@ -26,7 +26,7 @@ from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
 
 if TYPE_CHECKING:
-    from srt_agent.engine.sequence import Detokenizer
+    from srt_agent.engine.detokenizer import Detokenizer
 
 _MAX_CACHED = 20_000  # masks kept (bool, one byte a token): a bound for grammars with open-ended states
 

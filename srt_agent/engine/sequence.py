@@ -7,46 +7,22 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
 from srt_agent.contracts.generation import FinishReason, GenerationOutput, GenerationRequest
+from srt_agent.engine.detokenizer import Detokenizer, load_tokenizer
 from srt_agent.engine.prefix_cache import PrefixHit
 
 if TYPE_CHECKING:
     from srt_agent.engine.constraint import CallTracker
 
+__all__ = ["Detokenizer", "SequenceState", "load_tokenizer"]
+
 log = logging.getLogger(__name__)
 
 _UNIFORM_BLOCK = 64  # uniforms drawn per refill of a request's stream (amortises torch.rand calls)
-
-
-class Detokenizer(Protocol):
-    """The one tokenizer method stop strings need (HF tokenizers have it)."""
-
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str | list[str]:
-        """Text of ``token_ids`` (HF annotates a list return for batched input, unused here)."""
-        ...
-
-
-def load_tokenizer(model_dir: str | Path) -> Detokenizer | None:
-    """Load the HF tokenizer saved next to a checkpoint, if there is one.
-
-    Args:
-        model_dir: Checkpoint directory.
-
-    Returns:
-        The tokenizer, or ``None`` when the directory has no tokenizer files.
-    """
-    path = Path(model_dir)
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        return None
-    from transformers import AutoTokenizer
-
-    tokenizer: Detokenizer = AutoTokenizer.from_pretrained(str(path))
-    return tokenizer
 
 
 @dataclass
