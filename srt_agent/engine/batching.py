@@ -92,7 +92,6 @@ class Scheduler:
         self.joined_running = 0  # sequences admitted while others were decoding
         self.runahead_gate = RunAheadGate()  # whether run-ahead rows pay for themselves here
         self._masks: CallMasks | None = None  # built on the first request with a tool grammar
-        self.constrained_steps = 0  # decode steps that masked some row's logits
 
     def call_masks(self) -> CallMasks:
         """The tool-call masks over this engine's vocabulary (built once, on first use).
@@ -426,7 +425,6 @@ class Scheduler:
             for position, (state, ok) in enumerate(zip(states, reachable, strict=True)):
                 if ok and state is not None:
                     out[i, position] = masks.mask(tracker.grammar, state)
-        self.constrained_steps += 1
         return out
 
     def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
@@ -476,7 +474,6 @@ class Scheduler:
             tracker = seqs[i].tracker
             assert tracker is not None and tracker.state is not None
             out[i] = masks.mask(tracker.grammar, tracker.state)
-        self.constrained_steps += 1
         return out
 
     def _static_decode(self, graphs: StepGraphs) -> list[Emitted]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from srt_agent.errors import SrtAgentError
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 _MAX_CACHED = 20_000  # masks kept (bool, one byte a token): a bound for grammars with open-ended states
 
 
-class ConstraintError(ValueError):
+class ConstraintError(SrtAgentError, ValueError):
     """The tokenizer cannot serve tool-call constraints (no single-token tags)."""
 
 
