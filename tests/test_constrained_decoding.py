@@ -271,7 +271,7 @@ def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
 
     Without the masks (the learner scoring the unconstrained policy) they differ: the check can fail.
     """
-    from srt_agent.algo import logprobs_of
+    from srt_agent.algo import entropy_of, logprobs_of
     from srt_agent.config import RunConfig
     from srt_agent.contracts.trajectory import Trajectory, TurnRecord
     from srt_agent.engine.constraint import CallMasks
@@ -324,5 +324,14 @@ def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
     if constrained:
         assert mb.allowed_index is not None and mb.allowed_index.numel() > 20  # tokens inside calls
         assert gap < 1e-4
+        # The entropy is that of the masked distribution (finite, with a finite gradient).
+        rows = mb.allowed_index
+        masked = mb.logits(out)[rows].detach().requires_grad_(True)
+        entropy = entropy_of(masked)
+        probs = masked.softmax(-1).detach()
+        want = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+        assert torch.allclose(entropy.detach(), want, atol=1e-5)
+        entropy.sum().backward()
+        assert masked.grad is not None and bool(torch.isfinite(masked.grad).all())
     else:
         assert mb.allowed_index is None and gap > 0.05

@@ -65,7 +65,10 @@ def entropy_of(logits: Tensor, temperature: float = 1.0) -> Tensor:
     _check_temperature(temperature)
     scaled = logits.float() / temperature
     probs = torch.softmax(scaled, dim=-1)
-    return torch.logsumexp(scaled, dim=-1) - (probs * scaled).sum(dim=-1)
+    # Tokens masked out (-inf logits, as constrained tool calls give) have probability 0 and add
+    # nothing; as 0 * -inf they would make the entropy and its gradient NaN.
+    finite = scaled.masked_fill(torch.isneginf(scaled), 0.0)
+    return torch.logsumexp(scaled, dim=-1) - (probs * finite).sum(dim=-1)
 
 
 def token_logprobs(logits: Tensor, token_ids: Tensor, temperature: float = 1.0) -> Tensor:
