@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 import torch.autograd.profiler as torch_profiler
 
-from srt_agent.contracts.draft import DraftTree
+from srt_agent.contracts.draft import EMPTY_DRAFT, DraftTree
 from srt_agent.contracts.generation import FinishReason
 from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
 from srt_agent.engine.kv_cache import KVCache, causal_bias, decode_bias
@@ -367,7 +367,8 @@ class Scheduler:
             timer = CaptureFreeTimer(self.graphs, spec.clock if spec is not None else time.perf_counter)
             if spec is not None and drafts is not None:
                 with _labelled(VERIFY_RANGE):
-                    emitted = spec.verify(self.rows, drafts, self._params(), self._tree_masks(drafts))
+                    masks = self._tree_masks(self.rows, drafts)
+                    emitted = spec.verify(self.rows, drafts, self._params(), masks)
                 width = spec.last_width  # tokens per row in the forward, padding included
             else:
                 with _labelled(DECODE_RANGE):
@@ -392,18 +393,18 @@ class Scheduler:
             self.counters.add_time(decode_step=seconds, decode_device=device)
         self._finish_step(0, emitted)
 
-    def _tree_masks(self, drafts: Sequence[DraftTree]) -> torch.Tensor | None:
-        """``(B, width, V)`` allowed tokens at each tree position of a verify step; ``None`` if all are.
+    def _tree_masks(self, seqs: Sequence[SequenceState], drafts: Sequence[DraftTree]) -> torch.Tensor | None:
+        """``(B, width, V)`` allowed tokens at each tree position of a step; ``None`` if all are.
 
         A position's mask is that of the grammar state its path leads to: the row's own state at
         the root, and for a draft node the state after the tokens from the root to it (a drafted
         ``<tool_call>`` opens a block, so the positions under it are constrained). A node the
         grammar refuses is unreachable (probability 0 at its parent), so what lies under it is
-        left unmasked.
+        left unmasked. A plain decode or prefill step is the case of empty drafts (width 1).
         """
         need = [
             i
-            for i, (s, d) in enumerate(zip(self.rows, drafts, strict=True))
+            for i, (s, d) in enumerate(zip(seqs, drafts, strict=True))
             if s.tracker is not None and (s.tracker.active or s.tracker.vocabulary.open_id in d.token_ids)
         ]
         if not need:
@@ -411,10 +412,10 @@ class Scheduler:
         masks = self.call_masks()
         width = 1 + max(len(d) for d in drafts)
         out = torch.ones(
-            (len(self.rows), width, masks.vocabulary.size), dtype=torch.bool, device=self.model.device
+            (len(seqs), width, masks.vocabulary.size), dtype=torch.bool, device=self.model.device
         )
         for i in need:
-            tracker, draft = self.rows[i].tracker, drafts[i]
+            tracker, draft = seqs[i].tracker, drafts[i]
             assert tracker is not None
             states, reachable = [tracker.state], [True]  # tree position 0 is the root
             for token, parent in zip(draft.token_ids, draft.parents, strict=True):
@@ -426,6 +427,14 @@ class Scheduler:
                 if ok and state is not None:
                     out[i, position] = masks.mask(tracker.grammar, state)
         return out
+
+    def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:
+        """``(B, V)`` allowed next tokens of a plain step's rows; ``None`` if no row is inside a call.
+
+        Such steps run eagerly: static steps (CUDA graphs) take no mask.
+        """
+        masks = self._tree_masks(seqs, [EMPTY_DRAFT] * len(seqs))
+        return None if masks is None else masks[:, 0]
 
     def _charge_runahead(self, spec: Speculator, batch: int, width: int, seconds: float) -> None:
         """Enter a decode step in the run-ahead ledger: what its run-ahead rows cost and saved."""
@@ -458,22 +467,6 @@ class Scheduler:
         sync(device)
         out = [Emitted([t], [lp]) for t, lp in zip(tokens.tolist(), logprobs.tolist(), strict=True)]
         self.counters.add_time(forward=time.perf_counter() - start)
-        return out
-
-    def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:
-        """``(B, V)`` allowed tokens of rows inside a tool call (others all allowed); ``None`` if none is.
-
-        Such steps run eagerly: static steps (CUDA graphs) take no mask.
-        """
-        active = [i for i, s in enumerate(seqs) if s.tracker is not None and s.tracker.active]
-        if not active:
-            return None
-        masks = self.call_masks()
-        out = torch.ones((len(seqs), masks.vocabulary.size), dtype=torch.bool, device=self.model.device)
-        for i in active:
-            tracker = seqs[i].tracker
-            assert tracker is not None and tracker.state is not None
-            out[i] = masks.mask(tracker.grammar, tracker.state)
         return out
 
     def _static_decode(self, graphs: StepGraphs) -> list[Emitted]:

@@ -99,7 +99,6 @@ class CallMasks:
         self.device = device
         self._cache: dict[tuple[ToolCallGrammar, CallState], torch.Tensor] = {}
         self._lock = threading.Lock()
-        self.built = 0  # masks computed (a metric: cache misses)
 
     def mask(self, grammar: ToolCallGrammar, state: CallState) -> torch.Tensor:
         """``(V,)`` bool: the tokens that may come next in ``state``."""
@@ -118,7 +117,6 @@ class CallMasks:
             if len(self._cache) >= _MAX_CACHED:
                 self._cache.clear()
             self._cache[key] = mask
-            self.built += 1
         return mask
 
     def _walk(self, grammar: ToolCallGrammar, state: CallState) -> list[int]:

@@ -210,7 +210,7 @@ class CallState:
 
     Attributes:
         phase: ``literal`` (``pending`` must come next, then ``then``), ``name``, ``args_first``,
-            ``key``, ``value``, ``args_sep``, or ``end`` (the block is whole: only the closing tag
+            ``key``, ``value_<key>``, ``args_sep``, or ``end`` (the block is whole: only the closing tag
             may follow).
         tool: The tool named, once its name is closed.
         used: Parameters already written.

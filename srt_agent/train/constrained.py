@@ -11,7 +11,7 @@ drawn under; :func:`constrain_logits` applies them to the learner's logits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -64,7 +64,7 @@ def constrain_logits(logits: Tensor, index: Tensor | None, allowed: Tensor | Non
 
 
 def micro_allowed(
-    allowed: Mapping[int, Mapping[int, Tensor]], rows: list[int], loss_mask: Tensor, device: torch.device
+    allowed: Sequence[Mapping[int, Tensor]], rows: Sequence[int], loss_mask: Tensor, device: torch.device
 ) -> tuple[Tensor, Tensor] | None:
     """A micro-batch's constrained rows of its packed logits, and their masks.
 
@@ -73,7 +73,7 @@ def micro_allowed(
     the packed row counting the sampled tokens before it.
 
     Args:
-        allowed: Per batch row, :func:`allowed_tokens`' result.
+        allowed: Per batch row, :func:`allowed_tokens`' result (empty: nothing was constrained).
         rows: The micro-batch's batch rows, in its order.
         loss_mask: ``(b, L)`` the micro-batch's loss mask.
         device: Where the micro-batch lives.
@@ -81,13 +81,15 @@ def micro_allowed(
     Returns:
         ``(index, masks)`` on ``device``, or ``None`` when no token of the micro-batch is constrained.
     """
+    if not allowed:
+        return None
     flat = loss_mask.reshape(-1).long().cpu()
     packed = torch.cumsum(flat, 0) - 1  # packed row of each sampled position
     width = loss_mask.shape[1]
     index: list[int] = []
     masks: list[Tensor] = []
     for i, row in enumerate(rows):
-        for position, mask in allowed.get(row, {}).items():
+        for position, mask in allowed[row].items():
             if position < width and bool(flat[i * width + position]):
                 index.append(int(packed[i * width + position]))
                 masks.append(mask)

@@ -103,7 +103,7 @@ class PreparedBatch:
 
         b = self.batch
         loss_mask = b.loss_mask[idx, :width]
-        constrained = micro_allowed(dict(enumerate(self.allowed)), list(rows), loss_mask, device)
+        constrained = micro_allowed(self.allowed, rows, loss_mask, device)
         return MicroBatch(
             token_ids=b.token_ids[idx, :width].to(device),
             attention_mask=b.attention_mask[idx, :width].to(device),
