@@ -259,7 +259,7 @@ def _on_ray(
         seed=seed or 0,
         saved_caches=saved_caches,
     )
-    pool = EnvWorkerPool(config.env_workers) if config.env_workers else None
+    pool = EnvWorkerPool(config.env_workers, rollout) if config.env_workers else None
     factory = pool.make if pool is not None else None
     # The run-ahead queue lives here; its requests reach the replica their task is routed to,
     # so they fill the tree cache that the task's live requests draft from.

@@ -119,6 +119,34 @@ def test_an_env_worker_asks_the_envs_own_judge_of_success(cluster: None) -> None
         pool.close()
 
 
+def test_env_isolation_holds_in_env_workers_an_exiting_env_costs_its_episode_only(cluster: None) -> None:
+    """With ``env_isolation: process`` an env that calls ``os._exit`` takes down its own process, not
+    the worker and the other episodes on it (run in the worker itself, it would kill them all)."""
+    from srt_agent.distributed.envs import EnvWorkerPool
+    from srt_agent.env.chaos import faults_seed
+    from srt_agent.rollout.env_processes import EnvProcessDied
+
+    env_id = "srt_agent.env.chaos:chaos/GuessNumber-v0"
+    bad = next(s for s in range(100) if faults_seed(s, 0.5))
+    good = next(s for s in range(100) if not faults_seed(s, 0.5))
+    options = {"fault": "step-os-exit", "rate": 0.5}
+    pool = EnvWorkerPool(1, RolloutConfig(env_isolation="process", max_concurrent=4))
+    try:
+        healthy = pool.make(EpisodeRequest(env_id, seed=good, env_options=options))
+        doomed = pool.make(EpisodeRequest(env_id, seed=bad, env_options=options))
+        healthy.reset(seed=good)
+        doomed.reset(seed=bad)
+        with pytest.raises(EnvProcessDied, match="exit code 7"):
+            doomed.step("Is it 5?")
+        doomed.close()
+        obs, _, _, _, _ = healthy.step("Is it 5?")  # same worker, still there
+        assert obs and pool.replaced == 0
+        healthy.close()
+        assert healthy.is_success(0.0, {}) is False  # judged in its process as it closed
+    finally:
+        pool.close()
+
+
 def test_weights_reach_every_replica(cluster: None, model_dir: Path, tmp_path: Path) -> None:
     from srt_agent.distributed.ray_engine import RayEngine
 

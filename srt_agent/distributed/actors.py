@@ -16,6 +16,7 @@ from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.errors import SrtAgentError
 from srt_agent.isolation import await_in_thread
+from srt_agent.rollout.judged import JudgedAtClose
 from srt_agent.tree_cache.options import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
@@ -130,15 +131,33 @@ async def _contained(fn: Callable[[], Any]) -> Any:
 
 
 class EnvWorker:
-    """Envs of many episodes, stepped here (tools included) instead of in the driver."""
+    """Envs of many episodes, stepped here (tools included) instead of in the driver.
 
-    def __init__(self) -> None:
+    Args:
+        processes: Settings of this worker's own env processes (``EnvProcessPool``'s keyword
+            arguments: ``size``, the deadlines, ``max_observation_chars``), used by episodes made
+            with ``process=True``: each such env lives in a process of its own under this worker, so
+            an env that crashes or exits costs its episode, not every episode this worker holds.
+    """
+
+    def __init__(self, processes: Mapping[str, Any] | None = None) -> None:
         import srt_agent.envs  # noqa: F401 - registers the built-in envs in this process
 
         self._envs: dict[str, Any] = {}
+        self._process_settings = dict(processes or {"size": 1})
+        self._processes: Any = None  # the EnvProcessPool, started by the first isolated episode
 
-    async def make(self, key: str, env_id: str, options: Mapping[str, Any]) -> None:
-        """Make the env of episode ``key``."""
+    async def make(self, key: str, env_id: str, options: Mapping[str, Any], process: bool = False) -> None:
+        """Make the env of episode ``key``: here, or with ``process`` in an env process of this worker."""
+        if process:
+            from srt_agent.rollout.config import EpisodeRequest
+            from srt_agent.rollout.env_processes import EnvProcessPool
+
+            if self._processes is None:
+                self._processes = EnvProcessPool(**self._process_settings)
+            request = EpisodeRequest(env_id, episode_id=key, env_options=dict(options))
+            self._envs[key] = await _contained(lambda: self._processes(request))
+            return
         from srt_agent.env.registration import make
 
         self._envs[key] = await _contained(lambda: make(env_id, **dict(options)))
@@ -155,8 +174,17 @@ class EnvWorker:
         return tuple(await _contained(lambda: env.step(action)))
 
     async def judge(self, key: str, total: float, info: Mapping[str, Any]) -> bool | None:
-        """Episode ``key``'s env's own success judgement (``is_success``); ``None`` if it has none."""
-        judge = getattr(self._envs[key].unwrapped, "is_success", None)
+        """Episode ``key``'s env's own success judgement (``is_success``); ``None`` if it has none.
+
+        An env in a process of its own is judged there as it closes (the judge needs the env), so
+        it is closed first; the ``close`` that follows finds it closed.
+        """
+        env = self._envs[key]
+        if isinstance(env, JudgedAtClose):
+            proxy: Any = env
+            await _contained(proxy.close)
+            return bool(env.is_success(total, dict(info)))
+        judge = getattr(env.unwrapped, "is_success", None)
         if not callable(judge):
             return None
         return bool(await _contained(lambda: judge(total, dict(info))))
@@ -166,3 +194,9 @@ class EnvWorker:
         env = self._envs.pop(key, None)
         if env is not None:
             await _contained(env.close)
+
+    def shutdown(self) -> None:
+        """Stop this worker's env processes, if it started any."""
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None

@@ -4,10 +4,14 @@ The rollout scheduler plays an episode against whatever env its factory makes. W
 that is a :class:`RemoteEnv`: ``reset`` and ``step`` run in an
 :class:`~srt_agent.distributed.actors.EnvWorker` actor (tools included: a slow tool waits there,
 and the driver's event loop only awaits its result), episodes spread round-robin over the workers.
+``rollout.env_isolation`` (or the env's registered choice) holds there as in one process: with
+``process``, each episode's env runs in a process of its own under its worker, so an env that
+crashes or exits fails its episode and not the others that worker holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Mapping
@@ -16,8 +20,9 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from srt_agent.distributed.actors import EnvWorker, EscapedExit
+from srt_agent.env.registration import registered_isolation
 from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
-from srt_agent.rollout.config import EpisodeRequest
+from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.judged import JudgedAtClose
 
 __all__ = ["EnvWorkerLost", "EnvWorkerPool", "RemoteEnv"]
@@ -97,17 +102,30 @@ class EnvWorkerPool:
 
     Args:
         workers: Actors to start (``ray.init`` must have run).
+        rollout: The run's rollout settings: ``env_isolation`` (unset: each env's registered
+            choice) decides which envs run in processes of their own under their worker, with
+            the deadlines and observation cap the rollout uses (default: ``RolloutConfig()``'s).
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, rollout: RolloutConfig | None = None) -> None:
         import ray
 
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        rollout = rollout or RolloutConfig()
+        self.isolation = rollout.env_isolation
+        processes = {
+            "size": max(1, -(-rollout.max_concurrent // workers)),  # a worker's share of the episodes
+            "step_timeout_s": rollout.env_step_timeout_s,
+            "setup_timeout_s": rollout.env_setup_timeout_s,
+            "max_observation_chars": rollout.max_observation_chars,
+        }
         self._ray: Any = ray
         remote: Any = ray.remote
         self._actor = remote(num_cpus=0, max_concurrency=256)(EnvWorker)
-        self.workers = [self._actor.remote() for _ in range(workers)]
+        self._processes = processes
+        self._registered: dict[str, str] = {}
+        self.workers = [self._new_worker() for _ in range(workers)]
         self.replaced = 0
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -122,23 +140,40 @@ class EnvWorkerPool:
             n = next(self._ids)
         slot = n % len(self.workers)
         key = f"{spec.episode_id}#{n}"
+        process = self._isolation(spec.env_id) == "process"
         for _ in range(2):
             worker = self.workers[slot]
             try:
-                _get(self._ray, worker.make.remote(key, spec.env_id, dict(spec.env_options)))
+                _get(self._ray, worker.make.remote(key, spec.env_id, dict(spec.env_options), process))
             except EnvWorkerLost:
                 self._replace(slot, worker)
                 continue
             return RemoteEnv(worker, key)
         raise EnvWorkerLost(f"env worker {slot} died twice in a row while making {spec.episode_id}")
 
+    def _new_worker(self) -> Any:
+        return self._actor.remote(self._processes)
+
+    def _isolation(self, env_id: str) -> str:
+        """Where ``env_id``'s envs run in a worker: ``rollout.env_isolation``, else the env's registration."""
+        if self.isolation is not None:
+            return self.isolation
+        if env_id not in self._registered:
+            try:
+                self._registered[env_id] = registered_isolation(env_id)
+            except FAULTS:  # an unknown id: its episodes fail in make, with the reason
+                self._registered[env_id] = "thread"
+        return self._registered[env_id]
+
     def _replace(self, slot: int, dead: Any) -> None:
         with self._lock:
             if self.workers[slot] is dead:  # not already replaced by another episode
-                self.workers[slot] = self._actor.remote()
+                self.workers[slot] = self._new_worker()
                 self.replaced += 1
 
     def close(self) -> None:
-        """Stop the workers."""
+        """Stop the workers (and the env processes they started)."""
+        with contextlib.suppress(Exception):  # a dead worker: nothing of its own left to stop
+            self._ray.get([w.shutdown.remote() for w in self.workers], timeout=30)
         for w in self.workers:
             self._ray.kill(w)
