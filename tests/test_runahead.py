@@ -103,6 +103,27 @@ def test_known_tool_result_runs_ahead_of_the_exact_post_tool_state() -> None:
     assert [t.logprobs for t in plain.trajectories] == [t.logprobs for t in batch.trajectories]
 
 
+def test_run_ahead_samples_under_the_tool_call_grammar_of_its_live_requests() -> None:
+    """With constrained tool calls, announced and predicted run-ahead requests carry the grammar the
+    live requests of their episodes decode under (else their drafts are samples of another policy)."""
+    fmt = tiny_format()
+    specs = [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)]
+    for constrained in (True, False):
+        config = RolloutConfig(max_concurrent=1, constrain_tool_calls=constrained)
+        engine = _calculator_engine()
+        scheduler = RolloutScheduler(engine, fmt, config, runahead=RunAheadConfig(enabled=True))
+        assert scheduler.announce(specs[:1]) == 1
+        rollout_sync(scheduler, specs)
+        ahead = [c.request for c in engine.calls if c.request.priority == "runahead"]
+        live = [c.request for c in engine.calls if c.request.priority == "live"]
+        assert len(ahead) == 2  # the announced first turn and the predicted post-tool state
+        if constrained:
+            assert live[0].tool_grammar is not None
+            assert all(r.tool_grammar is live[0].tool_grammar for r in ahead + live)
+        else:
+            assert all(r.tool_grammar is None for r in ahead + live)
+
+
 def test_the_live_request_of_the_state_cancels_a_run_ahead_still_running() -> None:
     fmt = tiny_format()
     specs = [EpisodeRequest(CALC, seed=0, trial=j) for j in range(2)]

@@ -250,7 +250,7 @@ class EpisodeRunner:
         opening, tools = await self._reset()
         if self.config.constrain_tool_calls and tools:
             try:
-                self.grammar = _grammar(json.dumps(tools, sort_keys=True, default=str))
+                self.grammar = tool_grammar(tools)
             except ValueError as exc:
                 raise _EpisodeEnd("failed", f"tool-call grammar: {_describe(exc)}") from exc
         self.transcript = self._render(self.fmt.start, opening, tools)
@@ -498,10 +498,17 @@ class EpisodeRunner:
         )
 
 
-@functools.lru_cache(maxsize=64)
-def _grammar(tools_json: str) -> ToolCallGrammar:
-    """The grammar of an env's announced tools: one object per distinct tool set.
+def tool_grammar(tools: Sequence[Any]) -> ToolCallGrammar:
+    """The grammar of an env's announced tools, one shared object per distinct tool set.
 
     The engine's mask cache is keyed by grammar; one shared object keeps its keys few.
+
+    Raises:
+        ValueError: A tool schema the grammar cannot express.
     """
+    return _grammar(json.dumps(list(tools), sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar(tools_json: str) -> ToolCallGrammar:
     return ToolCallGrammar.from_schemas(json.loads(tools_json))

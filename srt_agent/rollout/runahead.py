@@ -41,6 +41,7 @@ from srt_agent.contracts.generation import Engine, GenerationRequest, state_key
 from srt_agent.rollout.config import RolloutConfig, RunAheadConfig, sampling_seed
 from srt_agent.rollout.metrics import RunAheadStats
 from srt_agent.rollout.tool_memo import ToolMemo
+from srt_agent.tooling.grammar import ToolCallGrammar
 from srt_agent.tooling.parser import parse_tool_calls
 
 logger = logging.getLogger("srt_agent.rollout")
@@ -60,6 +61,8 @@ class RunAheadJob:
         source: ``announce`` or ``tool``.
         batch: Batches started when the job was queued (announced jobs expire after the next one).
         group: The request's ``draft_group`` (the env id where known).
+        grammar: The tool-call grammar the live requests of this episode decode under
+            (``rollout.constrain_tool_calls``), so a run-ahead samples what they would sample.
     """
 
     prompt_ids: tuple[int, ...]
@@ -68,6 +71,7 @@ class RunAheadJob:
     source: JobSource
     batch: int = 0
     group: str = ""
+    grammar: ToolCallGrammar | None = None
 
 
 @dataclass
@@ -122,25 +126,28 @@ class RunAhead:
         return len(self._running)
 
     # ------------------------------------------------------------------ sources
-    def queue_announced(self, prompts: Sequence[tuple[tuple[int, ...], str, str]]) -> int:
+    def queue_announced(
+        self, prompts: Sequence[tuple[tuple[int, ...], str, str, ToolCallGrammar | None]]
+    ) -> int:
         """Queue ``announce_samples`` jobs per distinct first-turn prompt.
 
         Args:
-            prompts: ``(prompt_ids, task_id, env_id)`` of each announced first turn (the env id is
-                the requests' ``draft_group``, as for the live requests of that env).
+            prompts: ``(prompt_ids, task_id, env_id, grammar)`` of each announced first turn (the
+                env id is the requests' ``draft_group``, as for the live requests of that env; the
+                grammar is theirs too, ``None`` when tool calls are not constrained).
 
         Returns:
             Jobs queued.
         """
         seen: set[str] = set()
         queued = 0
-        for prompt_ids, task_id, env_id in prompts:
+        for prompt_ids, task_id, env_id, grammar in prompts:
             key = state_key(prompt_ids)
             if key in seen:
                 continue
             seen.add(key)
             for _ in range(self.config.announce_samples):
-                job = RunAheadJob(tuple(prompt_ids), key, task_id, "announce", self._batches, env_id)
+                job = RunAheadJob(tuple(prompt_ids), key, task_id, "announce", self._batches, env_id, grammar)
                 self._push(job, front=False)
                 queued += 1
         self._counts["announced"] += queued
@@ -148,7 +155,14 @@ class RunAhead:
         return queued
 
     def predict_after_tools(
-        self, episode_id: str, env_id: str, task_id: str, transcript: TokenTranscript, action: str, turn: int
+        self,
+        episode_id: str,
+        env_id: str,
+        task_id: str,
+        transcript: TokenTranscript,
+        action: str,
+        turn: int,
+        grammar: ToolCallGrammar | None = None,
     ) -> str | None:
         """Queue a run-ahead of the state after this turn's tools, if the memo knows every result.
 
@@ -159,6 +173,7 @@ class RunAhead:
             transcript: The conversation with this turn's generated tokens appended.
             action: The turn's text (its tool calls are parsed the way the env parses them).
             turn: Assistant turns so far, this one included (the env's call-id prefix).
+            grammar: The episode's tool-call grammar (``None``: its calls are not constrained).
 
         Returns:
             The predicted state key, or ``None`` when nothing was predicted.
@@ -178,7 +193,8 @@ class RunAhead:
         key = state_key(predicted.token_ids)
         self._predicted[episode_id] = key
         self._counts["predicted"] += 1
-        self._push(RunAheadJob(predicted.token_ids, key, task_id, "tool", self._batches, env_id), front=True)
+        job = RunAheadJob(predicted.token_ids, key, task_id, "tool", self._batches, env_id, grammar)
+        self._push(job, front=True)
         self.pump()
         return key
 
@@ -302,6 +318,7 @@ class RunAhead:
             task_id=job.task_id,
             priority="runahead",
             draft_group=job.group,
+            tool_grammar=job.grammar,
         )
 
     async def _run(self, request: GenerationRequest) -> None:

@@ -29,13 +29,14 @@ from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.env.registration import Isolation, make, registered_isolation
 from srt_agent.errors import FAULTS
 from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig
-from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner
+from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner, tool_grammar
 from srt_agent.rollout.heap import release_free_heap
 from srt_agent.rollout.metrics import RolloutMetrics, RunAheadStats, Timeline, batch_metrics
 from srt_agent.rollout.runahead import RunAhead
 
 if TYPE_CHECKING:
     from srt_agent.rollout.env_processes import EnvProcessPool
+    from srt_agent.tooling.grammar import ToolCallGrammar
 
 T = TypeVar("T")
 
@@ -122,7 +123,7 @@ class RolloutScheduler:
         """
         if self.runahead is None:
             return 0
-        prompts: list[tuple[tuple[int, ...], str, str]] = []
+        prompts: list[tuple[tuple[int, ...], str, str, ToolCallGrammar | None]] = []
         for spec in episodes:
             env = make(spec.env_id, **dict(spec.env_options))
             try:
@@ -130,8 +131,10 @@ class RolloutScheduler:
                 opening, info = env.reset(seed=spec.seed, options=options)
             finally:
                 env.close()
-            start = self.fmt.start(tuple(opening), list(info.get("tools") or ()))
-            prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id))
+            tools = list(info.get("tools") or ())
+            start = self.fmt.start(tuple(opening), tools)
+            grammar = tool_grammar(tools) if self.config.constrain_tool_calls and tools else None
+            prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id, grammar))
         return self.runahead.queue_announced(prompts)
 
     async def run(self, episodes: Sequence[EpisodeRequest]) -> list[Trajectory]:
@@ -275,6 +278,7 @@ class _BatchHooks(EpisodeHooks):
                     transcript,
                     action,
                     len(runner.outputs),
+                    runner.grammar,
                 )
             except Exception:  # run-ahead is best effort: never fail the episode
                 logger.warning("run-ahead prediction failed", exc_info=True)
