@@ -153,10 +153,40 @@ def test_the_workers_trees_are_exact_under_sglangs_rule(sglang: Any) -> None:
         return q
 
     dist = emitted_distribution(list(tokens), parents, target, D)
+    assert abs(sum(dist.values()) - 1.0) < 1e-12
     first = np.zeros(VOCAB)
     for seq, w in dist.items():
         first[seq[0]] += w
     assert np.allclose(first, target(()), atol=1e-12)
+    # The joint, not only the first token: a step emits one to D tokens, so continue each emitted
+    # tuple with the target itself; every prefix must then have the target's own probability. The
+    # prefixes are the tree's paths (where acceptance happens, down to its deepest level), one
+    # token off each, and random ones.
+    paths = {()}
+    for node in range(1, D):
+        path, at = [], node
+        while at > 0:
+            path.append(int(tokens[at]))
+            at = parents[at]
+        paths.add(tuple(path[::-1]))
+    prefixes = {p for p in paths if p}
+    prefixes |= {(*p, int(t)) for p in paths for t in rng.integers(0, VOCAB, size=3)}
+    prefixes |= {tuple(int(t) for t in rng.integers(0, VOCAB, size=k)) for k in (2, 3) for _ in range(20)}
+
+    def joint(prefix: tuple[int, ...]) -> float:
+        return float(np.prod([target(prefix[:i])[prefix[i]] for i in range(len(prefix))]))
+
+    def emitted_then_target(prefix: tuple[int, ...]) -> float:
+        total = 0.0
+        for seq, w in dist.items():
+            n = min(len(seq), len(prefix))
+            if seq[:n] == prefix[:n]:
+                total += w * float(np.prod([target(prefix[:i])[prefix[i]] for i in range(n, len(prefix))]))
+        return total
+
+    assert max(len(p) for p in prefixes) >= 3
+    for prefix in prefixes:
+        assert emitted_then_target(prefix) == pytest.approx(joint(prefix), rel=1e-9, abs=1e-15), prefix
 
 
 def test_sglang_serve_builds_the_launch_command_and_keeps_the_plugin_allowed() -> None:
