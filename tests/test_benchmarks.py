@@ -34,6 +34,7 @@ SMOKE: dict[str, str] = {
     "native_micro.py": "--rows 4 --repeats 1",
     "ray_replicas.py": "--model {model} --prompts 1 --samples 2 --rounds 2",
     "env_isolation.py": "--steps 20",
+    "first_departure.py": "--trace {trace} --model {model}",
     "soak.py": "--model {model} --episodes 40 --report-every 20 --concurrency 8 --fault-rate 0.3",
     "serve_load.py": "--model {model} --clients 1 4 --seconds 1",
     "sglang_corpus.py": "--requests 4 --steps 5",
