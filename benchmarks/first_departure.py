@@ -1,4 +1,4 @@
-"""Where a model's own episodes first leave the env's oracle: a trace replayed, the oracle asked at every turn.
+"""Where a model's own episodes first leave the env's oracle: a trace replayed, the oracle asked each turn.
 
 Run: ``python benchmarks/first_departure.py --trace T --model DIR [-o KEY=VALUE ...] [--examples 3]
 [--json PATH]``, with ``T`` from ``srt-agent eval --env ENV --model DIR --trace T`` (same ``-o``).
