@@ -7,13 +7,17 @@ Run: ``python benchmarks/first_departure.py --trace T --model DIR [-o KEY=VALUE 
 conversations; this asks where the model's *own* conversations first go another way, which is
 where an episode is lost when one mistake derails the rest (:mod:`srt_agent.evaluation.departures`).
 It prints, per turn index, how many episodes first departed there and what the oracle would have
-done against what the model did (by kind: the tool called, ``text``, or ``malformed``), then a
-few examples. Seconds for a few hundred episodes (env steps only, no model).
+done against what the model did (by kind: the tool called, ``text``, or ``malformed``); then, over
+every replayed turn (the replay goes on after a departure with the model's turns), how often the
+model departed per kind of oracle turn, since a first departure may be harmless (a greeting with
+the wrong first name) and the one that loses the episode come later; then a few examples.
+Seconds for a few hundred episodes (env steps only, no model).
 
 JSON keys (``--json``, one flat object): ``episodes``, ``replayed`` (episodes the env answered as
 traced), ``departed`` (replayed episodes with a departure), ``departed_solved`` (of those, solved
 anyway), ``departure_turn_mean``, ``turn_<t>`` (episodes that first departed at turn ``t``),
-``expected_<kind>`` and ``actual_<kind>`` (the oracle's and the model's turn kinds there).
+``expected_<kind>`` and ``actual_<kind>`` (the oracle's and the model's turn kinds there),
+``<kind>_turns`` and ``<kind>_departed`` (every replayed turn whose oracle turn is of that kind).
 """
 
 from __future__ import annotations
@@ -64,6 +68,20 @@ def main() -> None:
         table.add_row(str(turn), str(len(by_turn[turn])), ", ".join(f"{k} ({n})" for k, n in common))
     console = Console()
     console.print(table)
+    turns_of: collections.Counter[str] = collections.Counter()
+    departed_of: collections.Counter[str] = collections.Counter()
+    for d in replayed:
+        for kind, off in d.steps:
+            turns_of[kind] += 1
+            departed_of[kind] += off
+    every = Table(title="every replayed turn, by the oracle's turn kind")
+    every.add_column("oracle's turn")
+    every.add_column("model departed", justify="right")
+    for kind in sorted(turns_of):
+        every.add_row(
+            kind, f"{departed_of[kind]} / {turns_of[kind]} ({departed_of[kind] / turns_of[kind]:.0%})"
+        )
+    console.print(every)
     if len(replayed) < len(found):
         console.print(
             f"{len(found) - len(replayed)} episodes answered otherwise than traced (other env options? "
@@ -82,6 +100,8 @@ def main() -> None:
     }
     for turn in sorted(by_turn):
         record[f"turn_{turn}"] = len(by_turn[turn])
+    for kind in sorted(turns_of):
+        record[f"{kind}_turns"], record[f"{kind}_departed"] = turns_of[kind], departed_of[kind]
     for side, index in (("expected", 0), ("actual", 1)):
         kinds = collections.Counter(pair.split(" -> ")[index] for pairs in by_turn.values() for pair in pairs)
         record.update({f"{side}_{kind}": n for kind, n in sorted(kinds.items())})

@@ -43,6 +43,11 @@ def test_the_oracles_own_episodes_never_depart_and_a_wrong_turn_is_found_where_i
     assert found[1].turn == 3 and found[1].actual == WRONG and found[1].expected != WRONG
     assert found[2].turn == 0 and action_kind(found[2].expected) == "text"
     assert action_kind(found[1].expected) in {"get_order_details", "text"}
+    # The replay goes on after a departure: every traced turn is a step, the oracle asked at each.
+    episode_turns = {s: sum(t.seed == s for t in turns) for s in range(4)}
+    assert all(len(d.steps) == episode_turns[s] for s, d in found.items())
+    assert not any(off for _, off in found[0].steps)
+    assert [off for _, off in found[1].steps].index(True) == 3
 
 
 def test_an_episode_the_env_answers_otherwise_is_not_replayed() -> None:

@@ -13,7 +13,7 @@ key the trace recorded, or the episode is counted as not replayable.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from srt_agent.chat.messages import Message
@@ -43,6 +43,9 @@ class Departure:
         actual: The policy's turn there (empty without a departure).
         replayed: False when the env answered the replay differently from the trace (another env
             option, or an env that is not deterministic given its seed and the turns).
+        steps: Every replayed turn, the first departure's successors included (the replay goes on
+            with the policy's turns, the oracle asked at each): the kind of the oracle's turn
+            (:func:`action_kind`) and whether the policy's differed.
     """
 
     episode_id: str
@@ -52,6 +55,7 @@ class Departure:
     expected: str = ""
     actual: str = ""
     replayed: bool = True
+    steps: tuple[tuple[str, bool], ...] = ()
 
 
 def action_kind(action: str) -> str:
@@ -111,14 +115,16 @@ def _replay(env: Any, episode: Sequence[TraceTurn], fmt: ChatFormat, max_chars: 
     oracle = oracle_policy(env)
     history: list[Message] = list(check_observation(opening, "reset", max_chars))
     transcript = fmt.start(history, list(info.get("tools") or ()))
-    done = Departure(first.episode_id, first.seed, first.episode_success, None)
+    found = Departure(first.episode_id, first.seed, first.episode_success, None)
+    steps: list[tuple[str, bool]] = []
     for t in episode:
         if state_key(transcript.token_ids) != t.state_key:
             return Departure(first.episode_id, first.seed, first.episode_success, None, replayed=False)
         actual = fmt.assistant_text(t.token_ids)
         expected = oracle.act(tuple(history))
-        if actual != expected:
-            return Departure(first.episode_id, first.seed, first.episode_success, t.turn, expected, actual)
+        steps.append((action_kind(expected), actual != expected))
+        if actual != expected and found.turn is None:
+            found = replace(found, turn=t.turn, expected=expected, actual=actual)
         obs, _, terminated, truncated, _ = env.step(actual)
         history.append(Message(role="assistant", content=actual))
         transcript = fmt.add_generation(transcript, t.token_ids, t.logprobs)
@@ -127,4 +133,4 @@ def _replay(env: Any, episode: Sequence[TraceTurn], fmt: ChatFormat, max_chars: 
         messages = check_observation(obs, "step", max_chars)
         history.extend(messages)
         transcript = fmt.add_observation(transcript, messages)
-    return done
+    return replace(found, steps=tuple(steps))
