@@ -143,6 +143,7 @@ def test_env_isolation_holds_in_env_workers_an_exiting_env_costs_its_episode_onl
         assert obs and pool.replaced == 0
         healthy.close()
         assert healthy.is_success(0.0, {}) is False  # judged in its process as it closed
+        ray.get(pool.workers[0].shutdown.remote())  # stops the worker's env processes
     finally:
         pool.close()
 

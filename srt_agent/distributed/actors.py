@@ -195,8 +195,8 @@ class EnvWorker:
         if env is not None:
             await _contained(env.close)
 
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
         """Stop this worker's env processes, if it started any."""
-        if self._processes is not None:
-            self._processes.close()
-            self._processes = None
+        pool, self._processes = self._processes, None
+        if pool is not None:
+            await await_in_thread(pool.close, None, name="srt-env-worker")
