@@ -53,10 +53,10 @@ def main() -> None:
     found = first_departures(iter_trace(args.trace), fmt, parse_env_options(args.option))
     replayed = [d for d in found if d.replayed]
     departed = [d for d in replayed if d.turn is not None]
-    by_turn: dict[int, list[str]] = collections.defaultdict(list)
+    by_turn: dict[int, list[tuple[str, str]]] = collections.defaultdict(list)  # (oracle's, model's) kinds
     for d in departed:
         assert d.turn is not None
-        by_turn[d.turn].append(f"{action_kind(d.expected)} -> {action_kind(d.actual)}")
+        by_turn[d.turn].append((action_kind(d.expected), action_kind(d.actual)))
     table = Table(
         title=f"{args.trace}: first departure from the oracle ({len(departed)} of {len(replayed)} episodes)"
     )
@@ -65,7 +65,9 @@ def main() -> None:
     table.add_column("oracle -> model (most common)")
     for turn in sorted(by_turn):
         common = collections.Counter(by_turn[turn]).most_common(3)
-        table.add_row(str(turn), str(len(by_turn[turn])), ", ".join(f"{k} ({n})" for k, n in common))
+        table.add_row(
+            str(turn), str(len(by_turn[turn])), ", ".join(f"{e} -> {a} ({n})" for (e, a), n in common)
+        )
     console = Console()
     console.print(table)
     turns_of: collections.Counter[str] = collections.Counter()
@@ -103,7 +105,7 @@ def main() -> None:
     for kind in sorted(turns_of):
         record[f"{kind}_turns"], record[f"{kind}_departed"] = turns_of[kind], departed_of[kind]
     for side, index in (("expected", 0), ("actual", 1)):
-        kinds = collections.Counter(pair.split(" -> ")[index] for pairs in by_turn.values() for pair in pairs)
+        kinds = collections.Counter(pair[index] for pairs in by_turn.values() for pair in pairs)
         record.update({f"{side}_{kind}": n for kind, n in sorted(kinds.items())})
     if args.json:
         write_record(args.json, record)

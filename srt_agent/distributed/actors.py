@@ -16,7 +16,7 @@ from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.errors import SrtAgentError
 from srt_agent.isolation import await_in_thread
-from srt_agent.rollout.judged import JudgedAtClose
+from srt_agent.rollout.env_processes import EnvProcessPool, ProcessEnv
 from srt_agent.tree_cache.options import TreeCacheConfig
 
 __all__ = ["EngineReplica", "EnvWorker"]
@@ -145,18 +145,17 @@ class EnvWorker:
 
         self._envs: dict[str, Any] = {}
         self._process_settings = dict(processes or {"size": 1})
-        self._processes: Any = None  # the EnvProcessPool, started by the first isolated episode
+        self._processes: EnvProcessPool | None = None  # started by the first isolated episode
 
     async def make(self, key: str, env_id: str, options: Mapping[str, Any], process: bool = False) -> None:
         """Make the env of episode ``key``: here, or with ``process`` in an env process of this worker."""
         if process:
             from srt_agent.rollout.config import EpisodeRequest
-            from srt_agent.rollout.env_processes import EnvProcessPool
 
             if self._processes is None:
                 self._processes = EnvProcessPool(**self._process_settings)
-            request = EpisodeRequest(env_id, episode_id=key, env_options=dict(options))
-            self._envs[key] = await _contained(lambda: self._processes(request))
+            pool, request = self._processes, EpisodeRequest(env_id, episode_id=key, env_options=dict(options))
+            self._envs[key] = await _contained(lambda: pool(request))
             return
         from srt_agent.env.registration import make
 
@@ -180,9 +179,8 @@ class EnvWorker:
         it is closed first; the ``close`` that follows finds it closed.
         """
         env = self._envs[key]
-        if isinstance(env, JudgedAtClose):
-            proxy: Any = env
-            await _contained(proxy.close)
+        if isinstance(env, ProcessEnv):
+            await _contained(env.close)
             return bool(env.is_success(total, dict(info)))
         judge = getattr(env.unwrapped, "is_success", None)
         if not callable(judge):

@@ -20,7 +20,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from srt_agent.distributed.actors import EnvWorker, EscapedExit
-from srt_agent.env.registration import registered_isolation
+from srt_agent.env.registration import Isolation, resolve_isolation
 from srt_agent.errors import FAULTS, SrtAgentError, describe_fault
 from srt_agent.rollout.config import EpisodeRequest, RolloutConfig
 from srt_agent.rollout.judged import JudgedAtClose
@@ -124,7 +124,7 @@ class EnvWorkerPool:
         remote: Any = ray.remote
         self._actor = remote(num_cpus=0, max_concurrency=256)(EnvWorker)
         self._processes = processes
-        self._registered: dict[str, str] = {}
+        self._registered: dict[str, Isolation] = {}  # env id -> its registered isolation
         self.workers = [self._new_worker() for _ in range(workers)]
         self.replaced = 0
         self._ids = itertools.count()
@@ -140,7 +140,7 @@ class EnvWorkerPool:
             n = next(self._ids)
         slot = n % len(self.workers)
         key = f"{spec.episode_id}#{n}"
-        process = self._isolation(spec.env_id) == "process"
+        process = resolve_isolation(spec.env_id, self.isolation, self._registered) == "process"
         for _ in range(2):
             worker = self.workers[slot]
             try:
@@ -153,17 +153,6 @@ class EnvWorkerPool:
 
     def _new_worker(self) -> Any:
         return self._actor.remote(self._processes)
-
-    def _isolation(self, env_id: str) -> str:
-        """Where ``env_id``'s envs run in a worker: ``rollout.env_isolation``, else the env's registration."""
-        if self.isolation is not None:
-            return self.isolation
-        if env_id not in self._registered:
-            try:
-                self._registered[env_id] = registered_isolation(env_id)
-            except FAULTS:  # an unknown id: its episodes fail in make, with the reason
-                self._registered[env_id] = "thread"
-        return self._registered[env_id]
 
     def _replace(self, slot: int, dead: Any) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 from srt_agent.env.multi_turn import MultiTurnEnv, validate_config
-from srt_agent.errors import SrtAgentError
+from srt_agent.errors import FAULTS, SrtAgentError
 
 Isolation = Literal["thread", "process"]
 """Where an env's code runs: in the rollout's process (a thread per call) or in a worker process."""
@@ -82,6 +82,22 @@ def registered_isolation(env_id: str) -> Isolation:
         UnknownEnvError: ``env_id`` is not registered.
     """
     return _ISOLATION.get(check_env_id(env_id), "thread")
+
+
+def resolve_isolation(env_id: str, configured: Isolation | None, known: dict[str, Isolation]) -> Isolation:
+    """Where a rollout runs ``env_id``'s code: ``configured`` if set, else its registration.
+
+    ``configured`` is ``rollout.env_isolation``; the registration is looked up once per id into
+    ``known``. An unknown id runs in a thread: its episodes then fail in ``make``, with the reason.
+    """
+    if configured is not None:
+        return configured
+    if env_id not in known:
+        try:
+            known[env_id] = registered_isolation(env_id)
+        except FAULTS:
+            known[env_id] = "thread"
+    return known[env_id]
 
 
 def registered_envs() -> list[str]:

@@ -119,7 +119,7 @@ def _replay(env: Any, episode: Sequence[TraceTurn], fmt: ChatFormat, max_chars: 
     steps: list[tuple[str, bool]] = []
     for t in episode:
         if state_key(transcript.token_ids) != t.state_key:
-            return Departure(first.episode_id, first.seed, first.episode_success, None, replayed=False)
+            return replace(found, turn=None, expected="", actual="", replayed=False)
         actual = fmt.assistant_text(t.token_ids)
         expected = oracle.act(tuple(history))
         steps.append((action_kind(expected), actual != expected))

@@ -26,8 +26,7 @@ from srt_agent.chat.template import ChatFormat, TokenTranscript
 from srt_agent.contracts.generation import Engine, GenerationRequest
 from srt_agent.contracts.speculation import spec_delta
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.env.registration import Isolation, make, registered_isolation
-from srt_agent.errors import FAULTS
+from srt_agent.env.registration import Isolation, make, resolve_isolation
 from srt_agent.rollout.config import EpisodeRequest, RolloutConfig, RunAheadConfig
 from srt_agent.rollout.episode import EnvFactory, EpisodeHooks, EpisodeRunner, tool_grammar
 from srt_agent.rollout.heap import release_free_heap
@@ -210,15 +209,7 @@ class RolloutScheduler:
         """
         if self.env_factory is not None:
             return self.env_factory
-        isolation = self.config.env_isolation
-        if isolation is None:
-            if env_id not in self._isolation:
-                try:
-                    self._isolation[env_id] = registered_isolation(env_id)
-                except FAULTS:  # an unknown id: its episodes fail in make, with the reason
-                    self._isolation[env_id] = "thread"
-            isolation = self._isolation[env_id]
-        if isolation == "thread":
+        if resolve_isolation(env_id, self.config.env_isolation, self._isolation) == "thread":
             return None
         if self._pool is None:
             from srt_agent.rollout.env_processes import EnvProcessPool
