@@ -105,7 +105,7 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     assert flat["pass_hat_1"] == flat["success_rate"] == 0.5
     expected = {
         "env_id", "model", "tasks", "k", "episodes", "temperature", "constrained_tool_calls", "seed",
-        "first_env_seed", "success_rate", "pass_hat_k", "pass_hat_1", "pass_hat_2", "mean_reward",
+        "copied_tool_arguments", "first_env_seed", "success_rate", "pass_hat_k", "pass_hat_1", "pass_hat_2", "mean_reward",
         "mean_turns",
         "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
         "tool_calls", "tool_errors", "mean_tool_calls", "garbled_turns", "garbled_turn_rate", "ok",
@@ -114,17 +114,19 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
         "ending_env_raised_valueerror",
     }  # fmt: skip
     assert set(flat) == expected
-    assert flat["constrained_tool_calls"] is False
+    assert flat["constrained_tool_calls"] is False and flat["copied_tool_arguments"] is False
     out = io.StringIO()
     Console(file=out, width=100).print(report().table())
     text = out.getvalue()
     assert "pass^2" in text and "33.3%" in text and "env raised ValueError" in text
     assert "grammar" not in text
-    constrained = dataclasses.replace(report(), constrained=True)
+    constrained = dataclasses.replace(report(), constrained=True, copied=True)
     assert constrained.flat()["constrained_tool_calls"] is True
+    assert constrained.flat()["copied_tool_arguments"] is True
     out = io.StringIO()
     Console(file=out, width=100).print(constrained.table())
     assert "decoded under the tools' grammar" in out.getvalue()
+    assert "copied from the conversation" in out.getvalue()
 
 
 def test_labelled_tasks_get_per_kind_figures_and_endings_their_shares() -> None:

@@ -133,6 +133,14 @@ def eval_cmd(
             "tool and its parameters, with values of their types (in-process engine only).",
         ),
     ] = False,
+    copy_tool_arguments: Annotated[
+        bool,
+        typer.Option(
+            "--copy-tool-arguments",
+            help="With --constrain-tool-calls: each string argument is a word or quoted string of the "
+            "conversation so far (ids, names, e-mails copied, never invented).",
+        ),
+    ] = False,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -175,6 +183,7 @@ def eval_cmd(
         isolation=isolation,  # type: ignore[arg-type]  # checked above: thread, process or None
         max_failed=max_failed,
         constrain_tool_calls=constrain_tool_calls,
+        copy_tool_arguments=copy_tool_arguments,
     )
     if code:
         raise typer.Exit(code)

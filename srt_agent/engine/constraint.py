@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from srt_agent.errors import SrtAgentError
-from srt_agent.tooling.grammar import CallState, ToolCallGrammar
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar, copy_candidates
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
 
 if TYPE_CHECKING:
     from srt_agent.engine.detokenizer import Detokenizer
 
-_MAX_CACHED = 20_000  # masks kept (bool, one byte a token): a bound for grammars with open-ended states
+_MAX_CACHED = 20_000  # masks kept: a bound for grammars with open-ended states and per-turn grammars
+_MAX_CACHED_BYTES = 512 * 2**20  # and a bound in bytes (one byte a token): large vocabularies keep fewer
 
 
 class ConstraintError(SrtAgentError, ValueError):
@@ -98,6 +99,7 @@ class CallMasks:
         self.vocabulary = vocabulary
         self.device = device
         self._cache: dict[tuple[ToolCallGrammar, CallState], torch.Tensor] = {}
+        self._capacity = max(64, min(_MAX_CACHED, _MAX_CACHED_BYTES // max(1, vocabulary.size)))
         self._lock = threading.Lock()
 
     def mask(self, grammar: ToolCallGrammar, state: CallState) -> torch.Tensor:
@@ -114,7 +116,7 @@ class CallMasks:
             allowed[self._walk(grammar, state)] = True
         mask = allowed.to(self.device)
         with self._lock:
-            if len(self._cache) >= _MAX_CACHED:
+            if len(self._cache) >= self._capacity:
                 self._cache.clear()
             self._cache[key] = mask
         return mask
@@ -138,6 +140,10 @@ class CallMasks:
 class CallTracker:
     """One sequence's place in its grammar: outside a call (``state is None``) or inside one.
 
+    With a ``copy_strings`` grammar, :meth:`resume` replaces :attr:`grammar` by the turn's own
+    (:meth:`ToolCallGrammar.with_candidates` of the prompt's text outside call blocks): the
+    engine and the learner both call it on the same prompt, so they mask alike.
+
     Args:
         grammar: The request's grammar.
         vocabulary: The engine's vocabulary (tag ids, and each token's text).
@@ -158,9 +164,11 @@ class CallTracker:
 
         The prompt's last ``<tool_call>`` with no ``</tool_call>`` after it, and what follows it,
         set the state; a prefix the grammar refuses leaves the request unconstrained until its
-        next opening tag.
+        next opening tag. A ``copy_strings`` grammar takes its candidates from the prompt first.
         """
         vocab = self.vocabulary
+        if self.grammar.copy_strings:
+            self.grammar = self.grammar.with_candidates(copy_candidates(self._context(prompt_ids)))
         for i in range(len(prompt_ids) - 1, -1, -1):
             token = prompt_ids[i]
             if token == vocab.close_id:
@@ -168,6 +176,24 @@ class CallTracker:
             if token == vocab.open_id:
                 self.feed(prompt_ids[i:])
                 return
+
+    def _context(self, prompt_ids: Sequence[int]) -> str:
+        """The prompt's text outside ``<tool_call>`` blocks: what a call may copy from.
+
+        The policy's own earlier calls are left out, so a value it once invented does not become
+        copyable; what the env answered to them (a tool's output) stays in.
+        """
+        vocab = self.vocabulary
+        texts, inside = vocab.texts, False
+        parts: list[str] = []
+        for token in prompt_ids:
+            if token == vocab.open_id:
+                inside = True
+            elif token == vocab.close_id:
+                inside = False
+            elif not inside and 0 <= token < len(texts):
+                parts.append(texts[token])
+        return "".join(parts)
 
     def feed(self, tokens: Sequence[int]) -> None:
         """Advance over committed tokens.

@@ -144,6 +144,7 @@ class EvalReport:
         kinds: Per task kind, when the env labels its tasks (``info["task_kind"]``); else empty.
         spec: Whether the engine speculated from a tree cache (``None``: not known, an engine instance).
         constrained: Whether tool-call blocks were decoded under the tools' grammar.
+        copied: Whether, under the grammar, string arguments were copied from the conversation.
         metrics: The rollout's speculation and time-split figures (``None``: not measured).
         trajectories: The episodes themselves (not part of :meth:`flat`).
     """
@@ -175,6 +176,7 @@ class EvalReport:
     kinds: Mapping[str, KindFigures] = field(default_factory=dict, hash=False)
     spec: bool | None = None
     constrained: bool = False
+    copied: bool = False
     garbled_turns: int = 0
     assistant_turns: int = 0
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
@@ -194,7 +196,8 @@ class EvalReport:
         """The report as one flat JSON object (every value a string, number or null).
 
         Keys: ``schema`` (``"srt-eval/1"``), ``env_id``, ``model``, ``tasks``, ``k``, ``episodes``,
-        ``temperature``, ``constrained_tool_calls``, ``seed``, ``first_env_seed``, ``success_rate``,
+        ``temperature``, ``constrained_tool_calls``, ``copied_tool_arguments``, ``seed``,
+        ``first_env_seed``, ``success_rate``,
         ``pass_hat_k`` (pass^k at the run's k, a fixed key to compare runs),
         ``pass_hat_1`` .. ``pass_hat_<k>``,
         ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
@@ -220,6 +223,7 @@ class EvalReport:
             "episodes": self.episodes,
             "temperature": self.temperature,
             "constrained_tool_calls": self.constrained,
+            "copied_tool_arguments": self.copied,
             "seed": self.seed,
             "first_env_seed": self.first_env_seed,
             "success_rate": self.success_rate,
@@ -283,6 +287,7 @@ class EvalReport:
             ("mean turns", f"{self.mean_turns:.2f}"),
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
             *((("  decoded under the tools' grammar", "yes"),) if self.constrained else ()),
+            *((("  string arguments copied from the conversation", "yes"),) if self.copied else ()),
             ("garbled turns", f"{self.garbled_turns} of {self.assistant_turns}"),
             ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
             *(
@@ -342,6 +347,7 @@ def summarize(
     spec: bool | None = None,
     metrics: RolloutMetrics | None = None,
     constrained: bool = False,
+    copied: bool = False,
 ) -> EvalReport:
     """Build the report of one run: ``k`` trials for each task, a task being one env seed.
 
@@ -389,6 +395,7 @@ def summarize(
         kinds={kind: _kind_figures(group, k) for kind, group in by_kind(trajectories).items()},
         spec=spec,
         constrained=constrained,
+        copied=copied,
         garbled_turns=forms["garbled"],
         assistant_turns=sum(forms.values()),
         metrics=metrics,

@@ -95,6 +95,7 @@ def run_eval(
     spec_options: SpecSection | None = None,
     isolation: Literal["thread", "process"] | None = None,
     constrain_tool_calls: bool = False,
+    copy_tool_arguments: bool = False,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -128,6 +129,8 @@ def run_eval(
             episode only; ``None``: the env's registered choice.
         constrain_tool_calls: Decode every ``<tool_call>`` block under the grammar of the env's
             tools (``rollout.constrain_tool_calls``; the in-process engine only).
+        copy_tool_arguments: With ``constrain_tool_calls``, string arguments are copied from the
+            conversation (``rollout.copy_tool_arguments``).
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -153,6 +156,7 @@ def run_eval(
         seed=seed,
         env_isolation=isolation,
         constrain_tool_calls=constrain_tool_calls,
+        copy_tool_arguments=copy_tool_arguments,
     )
     used_spec: bool | None
     used: Engine
@@ -189,6 +193,7 @@ def run_eval(
         spec=used_spec,
         metrics=batch.metrics,
         constrained=constrain_tool_calls,
+        copied=copy_tool_arguments,
     )
 
 
@@ -244,6 +249,7 @@ class EvalOptions(TypedDict, total=False):
     spec_options: SpecSection | None
     isolation: Literal["thread", "process"] | None
     constrain_tool_calls: bool
+    copy_tool_arguments: bool
 
 
 def failure_examples(trajectories: Sequence[Trajectory]) -> dict[str, tuple[int, str]]:

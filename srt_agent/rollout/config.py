@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
     from srt_agent.contracts.generation import SamplingParams
@@ -70,11 +70,27 @@ class RolloutConfig(BaseModel):
         "parameters, values of their types), as structured-output decoding does; logprobs are those of the "
         "constrained distribution, and training scores that distribution too. In-process engine only.",
     )
+    copy_tool_arguments: bool = Field(
+        default=False,
+        description="With constrain_tool_calls: a string argument without an enum must be a word or a "
+        "quoted string of the conversation before the turn (outside the policy's own calls): ids, names "
+        "and e-mails are copied, never invented. The turn's grammar, and so its logprobs, depend on its "
+        "prompt; training scores the same masked distribution.",
+    )
     max_observation_chars: int = Field(
         default=32_000,
         ge=256,
         description="Longest message an env may return to the model; longer ones are cut with a note.",
     )
+
+    @model_validator(mode="after")
+    def _copy_needs_constraint(self) -> RolloutConfig:
+        if self.copy_tool_arguments and not self.constrain_tool_calls:
+            raise ValueError(
+                "copy_tool_arguments=true constrains the values of tool calls, which only constrained "
+                "calls have: set constrain_tool_calls=true as well (or copy_tool_arguments=false)"
+            )
+        return self
 
     @property
     def turn_room(self) -> int:

@@ -250,7 +250,7 @@ class EpisodeRunner:
         opening, tools = await self._reset()
         if self.config.constrain_tool_calls and tools:
             try:
-                self.grammar = tool_grammar(tools)
+                self.grammar = tool_grammar(tools, self.config.copy_tool_arguments)
             except ValueError as exc:
                 raise _EpisodeEnd("failed", f"tool-call grammar: {_describe(exc)}") from exc
         self.transcript = self._render(self.fmt.start, opening, tools)
@@ -498,17 +498,19 @@ class EpisodeRunner:
         )
 
 
-def tool_grammar(tools: Sequence[Any]) -> ToolCallGrammar:
+def tool_grammar(tools: Sequence[Any], copy_strings: bool = False) -> ToolCallGrammar:
     """The grammar of an env's announced tools, one shared object per distinct tool set.
 
     The engine's mask cache is keyed by grammar; one shared object keeps its keys few.
+    ``copy_strings``: string values are copied from the conversation
+    (``rollout.copy_tool_arguments``; see :class:`ToolCallGrammar`).
 
     Raises:
         ValueError: A tool schema the grammar cannot express.
     """
-    return _grammar(json.dumps(list(tools), sort_keys=True, default=str))
+    return _grammar(json.dumps(list(tools), sort_keys=True, default=str), copy_strings)
 
 
 @functools.lru_cache(maxsize=64)
-def _grammar(tools_json: str) -> ToolCallGrammar:
-    return ToolCallGrammar.from_schemas(json.loads(tools_json))
+def _grammar(tools_json: str, copy_strings: bool) -> ToolCallGrammar:
+    return ToolCallGrammar.from_schemas(json.loads(tools_json), copy_strings)

@@ -132,7 +132,8 @@ class RolloutScheduler:
                 env.close()
             tools = list(info.get("tools") or ())
             start = self.fmt.start(tuple(opening), tools)
-            grammar = tool_grammar(tools) if self.config.constrain_tool_calls and tools else None
+            copy = self.config.copy_tool_arguments
+            grammar = tool_grammar(tools, copy) if self.config.constrain_tool_calls and tools else None
             prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id, grammar))
         return self.runahead.queue_announced(prompts)
 

@@ -40,7 +40,7 @@ def allowed_tokens(trajectory: Trajectory, masks: CallMasks) -> dict[int, Tensor
         tracker.resume(ids[:start])  # as the engine does with a request's prompt
         for position in range(start, end):
             if tracker.state is not None:
-                out[position] = masks.mask(grammar, tracker.state)
+                out[position] = masks.mask(tracker.grammar, tracker.state)  # the turn's own grammar
             tracker.feed((ids[position],))
     return out
 

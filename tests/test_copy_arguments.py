@@ -1,0 +1,240 @@
+"""Copied tool arguments: string values come from the conversation, and the learner scores that.
+
+``rollout.copy_tool_arguments`` narrows a constrained call's string values to the words and quoted
+strings of the turn's prompt outside the policy's own earlier calls. The grammar then depends on
+the prompt, so the engine (live rows and drafted tree positions alike) and the learner must derive
+the same one. The engine test uses a random model over eight tokens whose only tool takes one
+string: the prompt's user text says ``Liam``, an earlier call of the policy said ``Ava``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+from spec_drafters import ModelDrafts
+from test_engine_spec_exact import save_exact_model
+
+from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+from srt_agent.contracts.trajectory import Trajectory, TurnRecord
+from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
+from srt_agent.engine.speculation.spec_config import SpecConfig
+from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.rollout.config import RolloutConfig
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar, copy_candidates
+from srt_agent.train.constrained import allowed_tokens
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "find",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "ids": {"type": "array", "items": {"type": "string"}},
+                    "reason": {"type": "string", "enum": ["lost", "broken"]},
+                    "count": {"type": "integer"},
+                },
+                "required": ["name"],
+            },
+        },
+    }
+]
+
+
+def call(args: str) -> str:
+    return '{"name": "find", "arguments": {' + args + "}}"
+
+
+# ---------------------------------------------------------------- the grammar
+
+
+def test_candidates_are_the_words_and_quoted_strings_of_the_text() -> None:
+    text = (
+        "I am Liam Johnson, zip 15660. Mail: liam.j@example.com. Order #W8732376-"
+        ' {"item_id": "1016157130", "name": "Running Shoes", "note": "caf\u00e9"}'
+    )
+    words = copy_candidates(text)
+    assert {"Liam", "Johnson", "15660", "liam.j@example.com", "#W8732376", "1016157130"} <= words
+    assert "Running Shoes" in words  # a JSON string value with a space
+    assert "15660." not in words and "Johnson," not in words  # sentence punctuation is not copied
+
+
+def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:
+    base = ToolCallGrammar.from_schemas(TOOLS, copy_strings=True)
+    turn = base.with_candidates(copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
+    assert turn is base.with_candidates(copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
+    whole = turn.feed(
+        turn.start(), call('"name": "Liam", "ids": ["#W1", "#W22"], "reason": "lost", "count": 3')
+    )
+    assert whole is not None and whole.ended
+    assert turn.feed(turn.start(), call('"name": "Ava"')) is None  # not in the conversation
+    assert turn.feed(turn.start(), call('"name": "Lia"')) is None  # a prefix of a word is not a word
+    assert turn.feed(turn.start(), call('"name": "Liam", "ids": ["#W3"]')) is None
+    assert turn.feed(turn.start(), call('"name": "Liam", "reason": "Liam"')) is None  # enums stay enums
+    # the base grammar (no prompt seen yet) and an ordinary one leave strings free
+    assert base.feed(base.start(), call('"name": "Ava"')) is not None
+    plain = ToolCallGrammar.from_schemas(TOOLS)
+    assert plain.with_candidates({"Liam"}) is plain
+    # nothing copyable: strings stay free rather than impossible to write
+    empty = base.with_candidates({'a"b', "caf\u00e9"})
+    assert empty.feed(empty.start(), call('"name": "Ava"')) is not None
+
+
+def test_copy_without_constraint_is_a_config_error_naming_the_fix() -> None:
+    with pytest.raises(ValidationError, match="constrain_tool_calls=true"):
+        RolloutConfig(copy_tool_arguments=True)
+    assert RolloutConfig(copy_tool_arguments=True, constrain_tool_calls=True).copy_tool_arguments
+
+
+# ---------------------------------------------------------------- engine and learner
+
+# a call is HEAD, the value's pieces, TAIL: '{"name": "find", "arguments": {"name": ' '"Li' 'am' '"}}'
+TEXTS = ("<tool_call>", "</tool_call>", call('"name": "')[:-3], '"}}', '"Li', "am", '"Ava', "<|im_end|>")
+OPEN, CLOSE, HEAD, TAIL, LI, AM, AVA, END = range(8)
+V = len(TEXTS)
+GRAMMAR = ToolCallGrammar.from_schemas(
+    [{"name": "find", "parameters": {"properties": {"name": {"type": "string"}}, "required": ["name"]}}]
+)
+COPY = ToolCallGrammar(GRAMMAR.tools, copy_strings=True)
+# user text "Liam, then an earlier call of the policy with "Ava" (its tool's reply did not echo it)
+PROMPT = (END, LI, AM, END, OPEN, HEAD, AVA, TAIL, CLOSE, END)
+
+
+class PieceTokenizer:
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(TEXTS[t] for t in token_ids if not (skip_special_tokens and t == END))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_exact_model(tmp_path_factory.mktemp("copy"))
+
+
+def values(tokens: tuple[int, ...]) -> list[str]:
+    """The whole string values of the call blocks in ``tokens`` (between HEAD and TAIL, unquoted)."""
+    out: list[str] = []
+    text: str | None = None
+    last = None
+    for t in tokens:
+        if t == HEAD and last == OPEN:  # a HEAD outside a block is only text
+            text = ""
+        elif t == TAIL and text is not None:
+            out.append(text.removeprefix('"'))
+            text = None
+        elif text is not None:
+            text += TEXTS[t]
+        last = t
+    return out
+
+
+def test_the_turn_grammar_comes_from_the_prompt_outside_earlier_calls() -> None:
+    vocab = Vocabulary(PieceTokenizer(), V)
+    tracker = CallTracker(COPY, vocab)
+    tracker.resume(PROMPT)
+    assert tracker.grammar is not COPY
+    start = tracker.grammar.feed(tracker.grammar.start(), TEXTS[HEAD])
+    assert start is not None
+    assert tracker.grammar.feed(start, '"Liam"') is not None
+    assert tracker.grammar.feed(start, '"Ava"') is None  # the policy's own earlier value
+
+
+def sample(
+    model_dir: Path, grammar: ToolCallGrammar, n: int
+) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
+    """``n`` seeded generations after PROMPT under ``grammar``, drafts random (so they draft ``Ava``)."""
+    spec = SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=256 * 6)
+    requests = [
+        GenerationRequest(
+            f"r{i}",
+            PROMPT,
+            SamplingParams(temperature=1.0, max_new_tokens=8, seed=7 + i),
+            tool_grammar=grammar,
+        )
+        for i in range(n)
+    ]
+    with TorchEngine(
+        model_dir,
+        max_batch_size=256,
+        draft_source=ModelDrafts(lambda context: None, V, seed=5),
+        spec=spec,
+        tokenizer=PieceTokenizer(),
+    ) as eng:
+        outs = eng.generate(requests)
+        assert eng.spec_stats().tokens_per_forward > 1.05  # drafted positions were verified under masks
+    assert all(not o.error for o in outs), outs[0].error
+    return [(o.token_ids, o.logprobs) for o in outs]
+
+
+def test_the_engine_copies_and_the_learner_scores_the_same_masks(model_dir: Path) -> None:
+    copied = sample(model_dir, COPY, 200)
+    written = [v for seq, _ in copied for v in values(seq)]
+    assert len(written) > 20  # calls were opened and their values written under the mask
+    assert set(written) == {"Liam"}  # never "Ava", never an invention
+    free = [v for seq, _ in sample(model_dir, GRAMMAR, 200) for v in values(seq)]
+    assert any("Ava" in v for v in free)  # without copying the model does write it: the test can fail
+
+    trajectories = [trajectory(i, seq, lps) for i, (seq, lps) in enumerate(copied)]
+    masks = CallMasks(Vocabulary(PieceTokenizer(), V), torch.device("cpu"))
+    logits = masked_logits(model_dir, trajectories)
+    checked, differ = 0, 0
+    for traj, row in zip(trajectories, logits, strict=True):
+        allowed = allowed_tokens(traj, masks)
+        for position, mask in allowed.items():
+            lp = row[position - 1].masked_fill(~mask, float("-inf")).log_softmax(-1)
+            assert abs(float(lp[traj.token_ids[position]]) - traj.logprobs[position]) < 1e-4
+            checked += 1
+        base = dict(states(traj))  # what a learner that ignored copying would have masked with
+        differ += sum(not torch.equal(masks.mask(GRAMMAR, base[p]), m) for p, m in allowed.items())
+    assert checked > 50 and differ > 20
+
+
+def trajectory(i: int, seq: tuple[int, ...], lps: tuple[float, ...]) -> Trajectory:
+    n = len(PROMPT) + len(seq)
+    return Trajectory(
+        episode_id=f"e{i}",
+        env_id="test",
+        task_id="t",
+        seed=0,
+        trial=i,
+        token_ids=PROMPT + seq,
+        loss_mask=(0,) * len(PROMPT) + (1,) * len(seq),
+        logprobs=(0.0,) * len(PROMPT) + lps,
+        turns=(TurnRecord(0, len(PROMPT), n, "", "length", 0.0, 1, None, 0.0),),
+        total_reward=0.0,
+        success=False,
+        terminated=True,
+        truncated=False,
+        status="ok",
+        reason="",
+        tool_calls=0,
+        tool_errors=0,
+        messages=(),
+        tool_grammar=COPY,
+    )
+
+
+def states(traj: Trajectory) -> list[tuple[int, CallState]]:
+    """The base grammar's states along the generated tokens (what a learner that ignored copying used)."""
+    tracker = CallTracker(GRAMMAR, Vocabulary(PieceTokenizer(), V))
+    tracker.resume(PROMPT)
+    out: list[tuple[int, CallState]] = []
+    for position in range(len(PROMPT), len(traj.token_ids)):
+        if tracker.state is not None:
+            out.append((position, tracker.state))
+        tracker.feed((traj.token_ids[position],))
+    return out
+
+
+def masked_logits(model_dir: Path, trajectories: list[Trajectory]) -> list[torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    with torch.no_grad():
+        return [hf(torch.tensor([t.token_ids])).logits[0] for t in trajectories]
