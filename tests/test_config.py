@@ -148,6 +148,13 @@ def test_held_out_evaluations_sample_at_their_own_temperature(monkeypatch: pytes
     side.cfg, side.engine, side.fmt = cfg, None, None
     side.evaluate()
     assert seen["temperature"] == 0.0 and seen["episodes"] == cfg.trainer.eval_episodes
+    assert seen["constrain_tool_calls"] is False and seen["copy_tool_arguments"] is False
+    # held-out tasks are decoded as the rollouts are: the score is the trained policy's
+    side.cfg = load_config(
+        QUICKSTART, ["rollout.constrain_tool_calls=true", "rollout.copy_tool_arguments=true"]
+    )
+    side.evaluate()
+    assert seen["constrain_tool_calls"] is True and seen["copy_tool_arguments"] is True
 
 
 def test_config_names_match_the_learner_and_the_evaluator() -> None:

@@ -172,7 +172,9 @@ class Rollouts:
 
         The same sampling seeds every time (``trainer.seed``), so evaluations before and after
         training are paired: they differ only through the weights. Sampled at
-        ``trainer.eval_temperature`` (``rollout.temperature`` when unset).
+        ``trainer.eval_temperature`` (``rollout.temperature`` when unset), and decoded as the
+        rollouts are (``rollout.constrain_tool_calls``, ``rollout.copy_tool_arguments``): the
+        score is the policy's as it is trained and used.
         """
         c = self.cfg
         return run_eval(
@@ -189,6 +191,8 @@ class Rollouts:
             first_seed=c.env.eval_seeds.start,
             env_options=dict(c.env.options),
             progress=progress,
+            constrain_tool_calls=c.rollout.constrain_tool_calls,
+            copy_tool_arguments=c.rollout.copy_tool_arguments,
         )
 
     async def _announce_and_run(
