@@ -23,7 +23,8 @@ from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.rollout.config import RolloutConfig
-from srt_agent.tooling.grammar import CallState, ToolCallGrammar, copy_candidates
+from srt_agent.tooling.copying import copy_candidates, turn_grammar
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.train.constrained import allowed_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -68,8 +69,8 @@ def test_candidates_are_the_words_and_quoted_strings_of_the_text() -> None:
 
 def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:
     base = ToolCallGrammar.from_schemas(TOOLS, copy_strings=True)
-    turn = base.with_candidates(copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
-    assert turn is base.with_candidates(copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
+    turn = turn_grammar(base, copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
+    assert turn is turn_grammar(base, copy_candidates('Hi, I am Liam; orders "#W1" and "#W22"'))
     whole = turn.feed(
         turn.start(), call('"name": "Liam", "ids": ["#W1", "#W22"], "reason": "lost", "count": 3')
     )
@@ -81,9 +82,9 @@ def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:
     # the base grammar (no prompt seen yet) and an ordinary one leave strings free
     assert base.feed(base.start(), call('"name": "Ava"')) is not None
     plain = ToolCallGrammar.from_schemas(TOOLS)
-    assert plain.with_candidates({"Liam"}) is plain
+    assert turn_grammar(plain, {"Liam"}) is plain
     # nothing copyable: strings stay free rather than impossible to write
-    empty = base.with_candidates({'a"b', "caf\u00e9"})
+    empty = turn_grammar(base, {'a"b', "caf\u00e9"})
     assert empty.feed(empty.start(), call('"name": "Ava"')) is not None
 
 

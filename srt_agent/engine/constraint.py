@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from srt_agent.errors import SrtAgentError
-from srt_agent.tooling.grammar import CallState, ToolCallGrammar, copy_candidates
+from srt_agent.tooling.copying import copy_candidates, turn_grammar
+from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class CallTracker:
     """One sequence's place in its grammar: outside a call (``state is None``) or inside one.
 
     With a ``copy_strings`` grammar, :meth:`resume` replaces :attr:`grammar` by the turn's own
-    (:meth:`ToolCallGrammar.with_candidates` of the prompt's text outside call blocks): the
+    (:func:`~srt_agent.tooling.copying.turn_grammar` of the prompt's text outside call blocks): the
     engine and the learner both call it on the same prompt, so they mask alike.
 
     Args:
@@ -168,7 +169,7 @@ class CallTracker:
         """
         vocab = self.vocabulary
         if self.grammar.copy_strings:
-            self.grammar = self.grammar.with_candidates(copy_candidates(self._context(prompt_ids)))
+            self.grammar = turn_grammar(self.grammar, copy_candidates(self._context(prompt_ids)))
         for i in range(len(prompt_ids) - 1, -1, -1):
             token = prompt_ids[i]
             if token == vocab.close_id:

@@ -16,9 +16,9 @@ writes, over the tools an env announced::
 * strings hold no backslash and no control character (no escapes: a value the model copies from
   the conversation never needs one);
 * with ``copy_strings``, a string value without an ``enum`` is one of the words or quoted strings
-  of the conversation before the turn (:func:`copy_candidates`): ids, names, e-mails and zip codes
-  are copied, never invented. The grammar a turn decodes under is then
-  :meth:`ToolCallGrammar.with_candidates` of its base grammar, derived from that turn's prompt.
+  of the conversation before the turn: ids, names, e-mails and zip codes are copied, never
+  invented. The grammar a turn decodes under is then derived from that turn's prompt
+  (:mod:`srt_agent.tooling.copying`).
 
 States are immutable and hashable, so the engine can cache one vocabulary mask per state
 (:mod:`srt_agent.engine.constraint`): a call visits a few dozen distinct states, the same ones in
@@ -28,10 +28,9 @@ every call of a tool, whatever the values' contents.
 from __future__ import annotations
 
 import bisect
-import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,60 +249,6 @@ def _has_prefix(literals: Sequence[str], text: str) -> bool:
     return i < len(literals) and literals[i].startswith(text)
 
 
-class _Choices(tuple[str, ...]):
-    """A sorted tuple of JSON string literals whose hash is computed once.
-
-    A copy set holds hundreds of strings and sits in every state of a value being copied; the
-    engine hashes a (grammar, state) key per constrained token, so the hash must not cost a pass
-    over the set each time.
-    """
-
-    _hash: int
-
-    def __hash__(self) -> int:
-        try:
-            return self._hash
-        except AttributeError:
-            self._hash = tuple.__hash__(self)
-            return self._hash
-
-
-# Words a value may be copied from: ids (``#W8732376``, ``liam_johnson_4492``), e-mails, numbers.
-_WORD = re.compile(r"[A-Za-z0-9_#@.+\-]+")
-# Quoted strings: the string values of a tool's JSON output (names with spaces, addresses).
-_QUOTED = re.compile(r'"([ -!#-\[\]-~]{1,120})"')
-
-
-def copy_candidates(text: str) -> frozenset[str]:
-    """The strings a ``copy_strings`` value may be, taken from ``text`` (the conversation so far).
-
-    Every word (a run of letters, digits and ``_#@.+-``, without a sentence's trailing ``.`` or
-    ``-``) and every double-quoted string of printable ASCII without a backslash (JSON string
-    values of tool outputs). Non-ASCII text never becomes a candidate: a byte-level vocabulary
-    may have no whole token for its characters, and a value must always be completable.
-    """
-    words = {w.rstrip(".-") for w in _WORD.findall(text)}
-    words.update(_QUOTED.findall(text))
-    words.discard("")
-    return frozenset(words)
-
-
-@functools.lru_cache(maxsize=256)
-def _derive(grammar: ToolCallGrammar, choices: _Choices) -> ToolCallGrammar:
-    def swap(spec: ValueSpec) -> ValueSpec:
-        if spec.kind == "string":
-            return ValueSpec("literal", literals=choices)
-        if spec.kind == "array" and spec.items is not None:
-            return ValueSpec("array", items=swap(spec.items))
-        return spec
-
-    tools = tuple(
-        (name, ToolSpec(tuple((k, swap(v)) for k, v in tool.params), tool.required, tool.open_keys))
-        for name, tool in grammar.tools
-    )
-    return ToolCallGrammar(tools)
-
-
 def _canonical_number(text: str) -> str:
     """A number prefix in the form its state needs: sign, ``0``/``1`` for the integer part, dot, ``0``.
 
@@ -327,7 +272,8 @@ class ToolCallGrammar:
     Attributes:
         tools: Each tool's name and spec, sorted by name.
         copy_strings: String values (without an ``enum``) must be copied from the conversation:
-            a turn decodes under :meth:`with_candidates` of this grammar and its prompt's words.
+            a turn decodes under :func:`srt_agent.tooling.copying.turn_grammar` of this grammar
+            and its prompt.
     """
 
     tools: tuple[tuple[str, ToolSpec], ...]
@@ -365,26 +311,6 @@ class ToolCallGrammar:
         if not tools:
             raise ValueError("a tool-call grammar needs at least one tool; the env announced none")
         return cls(tuple(sorted(tools.items())), copy_strings)
-
-    def with_candidates(self, candidates: Iterable[str]) -> ToolCallGrammar:
-        """The grammar of one turn of a ``copy_strings`` grammar: string values are ``candidates``.
-
-        Every ``string`` value without an ``enum`` (array items too) becomes one of the candidates;
-        candidates a call cannot hold (a quote or a backslash, a control or non-ASCII character) are
-        dropped. With no candidate left, or on a grammar without ``copy_strings``, strings stay
-        free: a value must always have a way to be written. The same candidates give the same
-        object (cached), so the engine and the learner share masks.
-        """
-        if not self.copy_strings:
-            return self
-        usable = sorted(
-            json.dumps(c)
-            for c in candidates
-            if c and c.isascii() and c.isprintable() and '"' not in c and "\\" not in c
-        )
-        if not usable:
-            return ToolCallGrammar(self.tools)
-        return _derive(self, _Choices(usable))
 
     def start(self) -> CallState:
         """The state right after the opening ``<tool_call>`` tag."""
