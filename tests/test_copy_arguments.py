@@ -239,3 +239,72 @@ def masked_logits(model_dir: Path, trajectories: list[Trajectory]) -> list[torch
     hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     with torch.no_grad():
         return [hf(torch.tensor([t.token_ids])).logits[0] for t in trajectories]
+
+
+WINDOW = 4
+SAMPLES = 3_000
+
+
+def test_copied_samples_follow_the_masked_distribution(model_dir: Path) -> None:
+    """Chi-square of the first tokens of copy-constrained samples against the exact joint distribution.
+
+    The reference masks come from the grammar fed character by character from the prompt's own
+    user text (``Liam``), independent of the tracker's derivation; drafts are random, so the verify
+    step sees drafted calls with refused values.
+    """
+    from collections import Counter
+
+    from stats_fixtures import chi_square_p
+    from transformers import AutoModelForCausalLM
+
+    reference = turn_grammar(COPY, {"Liam", "im_end"})
+
+    def mask(context: tuple[int, ...]) -> torch.Tensor | None:
+        state: CallState | None = None
+        for t in context:
+            if state is None:
+                state = reference.start() if t == OPEN else None
+            elif t == CLOSE:
+                state = None if state.ended else state
+                if state is not None:
+                    return None  # refused: a closing tag inside an unfinished call
+            else:
+                state = reference.feed(state, TEXTS[t]) if t not in (OPEN, END) else None
+                if state is None:
+                    return None
+        if state is None:
+            return torch.ones(V, dtype=torch.bool)
+        if state.ended:
+            return torch.tensor([t == CLOSE for t in range(V)])
+        return torch.tensor(
+            [t not in (OPEN, CLOSE, END) and reference.feed(state, TEXTS[t]) is not None for t in range(V)]
+        )
+
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    grid = torch.cartesian_prod(*[torch.arange(V)] * WINDOW)
+    with torch.no_grad():
+        logits = hf(torch.cat([torch.tensor(PROMPT).expand(len(grid), -1), grid], dim=1)).logits
+    conditional: dict[tuple[int, ...], torch.Tensor] = {}
+    for i, cont in enumerate(grid.tolist()):
+        for k in range(WINDOW):
+            context = tuple(cont[:k])
+            allowed = mask(context)
+            if context not in conditional and allowed is not None:
+                row = logits[i, len(PROMPT) - 1 + k].masked_fill(~allowed, float("-inf"))
+                conditional[context] = row.softmax(-1)
+    joint = {(): 1.0}
+    for _ in range(WINDOW):
+        joint = {
+            (*c, t): p * float(conditional[c][t])
+            for c, p in joint.items()
+            for t in range(V)
+            if conditional[c][t] > 0
+        }
+
+    seqs = [seq for seq, _ in sample(model_dir, COPY, SAMPLES)]
+    counts = Counter(s[:WINDOW] for s in seqs)
+    p_value = chi_square_p(counts, joint, SAMPLES)
+    inside = sum(1 for s in seqs if OPEN in s[: WINDOW - 1])
+    print(f"copied: p = {p_value:.3f}, {len(counts)} cells, {inside} samples open a call")
+    assert p_value > 0.01
+    assert inside > SAMPLES // 20  # calls were opened inside the window and their values drawn
