@@ -248,11 +248,10 @@ class EpisodeRunner:
     # ------------------------------------------------------------------ the turn loop
     async def _play(self) -> None:
         opening, tools = await self._reset()
-        if self.config.constrain_tool_calls and tools:
-            try:
-                self.grammar = tool_grammar(tools, self.config.copy_tool_arguments)
-            except ValueError as exc:
-                raise _EpisodeEnd("failed", f"tool-call grammar: {_describe(exc)}") from exc
+        try:
+            self.grammar = tool_grammar(tools, self.config)
+        except ValueError as exc:
+            raise _EpisodeEnd("failed", f"tool-call grammar: {_describe(exc)}") from exc
         self.transcript = self._render(self.fmt.start, opening, tools)
         cap = self.config.max_turns
         while True:
@@ -498,17 +497,21 @@ class EpisodeRunner:
         )
 
 
-def tool_grammar(tools: Sequence[Any], copy_strings: bool = False) -> ToolCallGrammar:
-    """The grammar of an env's announced tools, one shared object per distinct tool set.
+def tool_grammar(tools: Sequence[Any], config: RolloutConfig) -> ToolCallGrammar | None:
+    """The grammar a rollout decodes an env's tool calls under, one shared object per tool set.
 
-    The engine's mask cache is keyed by grammar; one shared object keeps its keys few.
-    ``copy_strings``: string values are copied from the conversation
-    (``rollout.copy_tool_arguments``; see :class:`ToolCallGrammar`).
+    ``None`` unless ``config.constrain_tool_calls`` and the env announced tools; with
+    ``config.copy_tool_arguments`` string values are copied from the conversation (see
+    :class:`ToolCallGrammar`). Live episodes and announced run-ahead requests both ask here, so
+    they decode alike. The engine's mask cache is keyed by grammar; one shared object keeps its
+    keys few.
 
     Raises:
         ValueError: A tool schema the grammar cannot express.
     """
-    return _grammar(json.dumps(list(tools), sort_keys=True, default=str), copy_strings)
+    if not (config.constrain_tool_calls and tools):
+        return None
+    return _grammar(json.dumps(list(tools), sort_keys=True, default=str), config.copy_tool_arguments)
 
 
 @functools.lru_cache(maxsize=64)

@@ -132,8 +132,7 @@ class RolloutScheduler:
                 env.close()
             tools = list(info.get("tools") or ())
             start = self.fmt.start(tuple(opening), tools)
-            copy = self.config.copy_tool_arguments
-            grammar = tool_grammar(tools, copy) if self.config.constrain_tool_calls and tools else None
+            grammar = tool_grammar(tools, self.config)
             prompts.append((start.token_ids, str(info.get("task_id", "")), spec.env_id, grammar))
         return self.runahead.queue_announced(prompts)
 
