@@ -26,6 +26,7 @@ from test_engine_spec_exact import save_exact_model
 from transformers import AutoModelForCausalLM
 
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
+from srt_agent.contracts.trajectory import Trajectory, TurnRecord
 from srt_agent.engine.constraint import ConstraintError, Vocabulary
 from srt_agent.engine.sampling import RowParams, processed_logprobs
 from srt_agent.engine.speculation.spec_config import SpecConfig
@@ -263,6 +264,34 @@ def test_a_server_engine_refuses_constrained_requests_with_the_fix() -> None:
         )
 
 
+def one_turn_trajectory(
+    i: int, prompt: tuple[int, ...], seq: tuple[int, ...], lps: tuple[float, ...], grammar: ToolCallGrammar
+) -> Trajectory:
+    """A one-turn episode of the engine's sample ``seq`` after ``prompt`` (odd ``i`` solved)."""
+    n = len(prompt) + len(seq)
+    return Trajectory(
+        episode_id=f"e{i}",
+        env_id="test",
+        task_id="t",
+        seed=0,
+        trial=i,
+        token_ids=prompt + seq,
+        loss_mask=(0,) * len(prompt) + (1,) * len(seq),
+        logprobs=(0.0,) * len(prompt) + lps,
+        turns=(TurnRecord(0, len(prompt), n, "", "length", 0.0, 1, None, 0.0),),
+        total_reward=float(i % 2),
+        success=bool(i % 2),
+        terminated=True,
+        truncated=False,
+        status="ok",
+        reason="",
+        tool_calls=0,
+        tool_errors=0,
+        messages=(),
+        tool_grammar=grammar,
+    )
+
+
 @pytest.mark.parametrize("constrained", [True, False])
 def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
     model_dir: Path, constrained: bool
@@ -273,7 +302,6 @@ def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
     """
     from srt_agent.algo import entropy_of, logprobs_of
     from srt_agent.config import RunConfig
-    from srt_agent.contracts.trajectory import Trajectory, TurnRecord
     from srt_agent.engine.constraint import CallMasks
     from srt_agent.train.learner import Learner
     from srt_agent.train.optim import build_optimizer
@@ -281,33 +309,10 @@ def test_the_learner_scores_constrained_tokens_under_the_masked_distribution(
 
     prompt = (END, 5, 3)
     seqs, logprobs, _, _ = generate(model_dir, prompt, SamplingParams(temperature=1.0), 64)
-    trajectories = []
-    for i, (seq, lps) in enumerate(zip(seqs, logprobs, strict=True)):
-        n = len(prompt) + len(seq)
-        turn = TurnRecord(0, len(prompt), n, "", "length", 0.0, 1, None, 0.0)
-        trajectories.append(
-            Trajectory(
-                episode_id=f"e{i}",
-                env_id="test",
-                task_id="t",
-                seed=0,
-                trial=i,
-                token_ids=prompt + seq,
-                loss_mask=(0,) * len(prompt) + (1,) * len(seq),
-                logprobs=(0.0,) * len(prompt) + lps,
-                turns=(turn,),
-                total_reward=float(i % 2),
-                success=bool(i % 2),
-                terminated=True,
-                truncated=False,
-                status="ok",
-                reason="",
-                tool_calls=0,
-                tool_errors=0,
-                messages=(),
-                tool_grammar=GRAMMAR,
-            )
-        )
+    trajectories = [
+        one_turn_trajectory(i, prompt, seq, lps, GRAMMAR)
+        for i, (seq, lps) in enumerate(zip(seqs, logprobs, strict=True))
+    ]
     cpu = torch.device("cpu")
     policy = PolicyModel.load(model_dir, cpu)
     cfg = RunConfig()

@@ -15,10 +15,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 from spec_drafters import ModelDrafts
+from test_constrained_decoding import one_turn_trajectory
 from test_engine_spec_exact import save_exact_model
 
 from srt_agent.contracts.generation import GenerationRequest, SamplingParams
-from srt_agent.contracts.trajectory import Trajectory, TurnRecord
+from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
@@ -181,7 +182,7 @@ def test_the_engine_copies_and_the_learner_scores_the_same_masks(model_dir: Path
     free = [v for seq, _ in sample(model_dir, GRAMMAR, 200) for v in values(seq)]
     assert any("Ava" in v for v in free)  # without copying the model does write it: the test can fail
 
-    trajectories = [trajectory(i, seq, lps) for i, (seq, lps) in enumerate(copied)]
+    trajectories = [one_turn_trajectory(i, PROMPT, seq, lps, COPY) for i, (seq, lps) in enumerate(copied)]
     masks = CallMasks(Vocabulary(PieceTokenizer(), V), torch.device("cpu"))
     logits = masked_logits(model_dir, trajectories)
     checked, differ = 0, 0
@@ -194,31 +195,6 @@ def test_the_engine_copies_and_the_learner_scores_the_same_masks(model_dir: Path
         base = dict(states(traj))  # what a learner that ignored copying would have masked with
         differ += sum(not torch.equal(masks.mask(GRAMMAR, base[p]), m) for p, m in allowed.items())
     assert checked > 50 and differ > 20
-
-
-def trajectory(i: int, seq: tuple[int, ...], lps: tuple[float, ...]) -> Trajectory:
-    n = len(PROMPT) + len(seq)
-    return Trajectory(
-        episode_id=f"e{i}",
-        env_id="test",
-        task_id="t",
-        seed=0,
-        trial=i,
-        token_ids=PROMPT + seq,
-        loss_mask=(0,) * len(PROMPT) + (1,) * len(seq),
-        logprobs=(0.0,) * len(PROMPT) + lps,
-        turns=(TurnRecord(0, len(PROMPT), n, "", "length", 0.0, 1, None, 0.0),),
-        total_reward=0.0,
-        success=False,
-        terminated=True,
-        truncated=False,
-        status="ok",
-        reason="",
-        tool_calls=0,
-        tool_errors=0,
-        messages=(),
-        tool_grammar=COPY,
-    )
 
 
 def states(traj: Trajectory) -> list[tuple[int, CallState]]:
