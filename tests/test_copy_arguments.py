@@ -9,8 +9,10 @@ string: the prompt's user text says ``Liam``, an earlier call of the policy said
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import torch
 from pydantic import ValidationError
@@ -23,9 +25,12 @@ from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.engine.constraint import CallMasks, CallTracker, Vocabulary
 from srt_agent.engine.speculation.spec_config import SpecConfig
 from srt_agent.engine.torch_engine import TorchEngine
+from srt_agent.env.episode_loop import run_episode
+from srt_agent.env.multi_turn import oracle_policy
 from srt_agent.rollout.config import RolloutConfig
 from srt_agent.tooling.copying import copy_candidates, turn_grammar
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
+from srt_agent.tooling.parser import parse_tool_calls
 from srt_agent.train.constrained import allowed_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -66,6 +71,36 @@ def test_candidates_are_the_words_and_quoted_strings_of_the_text() -> None:
     assert {"Liam", "Johnson", "15660", "liam.j@example.com", "#W8732376", "1016157130"} <= words
     assert "Running Shoes" in words  # a JSON string value with a space
     assert "15660." not in words and "Johnson," not in words  # sentence punctuation is not copied
+    quoted = copy_candidates("I'd cancel it: reason 'no longer needed'. The customer's 'x y' or 'z'")
+    assert {"no longer needed", "x y", "z"} <= quoted  # values quoted in prose
+    assert not any(" " in w and w not in ("no longer needed", "x y") for w in quoted)  # no apostrophe pairs
+
+
+def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
+    """Under copied arguments the oracle's calls stay writable: no goal becomes impossible.
+
+    The context is what the tracker reads (the conversation outside the policy's calls, without the
+    system prompt, which small models' templates leave out); a value only a docstring or the
+    policy's own call holds must come from an ``enum`` (the cancellation reason does).
+    """
+    env = gym.make("srt/Retail-v0")
+    grammar = ToolCallGrammar.from_schemas(env.unwrapped.tools.schemas(), copy_strings=True)
+    calls = 0
+    for kind in ("cancel", "return", "exchange", "info"):
+        for seed in range(3):
+            result = run_episode(env, oracle_policy, seed=seed, options={"task_kind": kind})
+            assert result.total_reward == 1.0
+            seen: list[str] = []
+            for message in result.transcript[1:]:
+                parsed = parse_tool_calls(message.content)
+                if message.role == "assistant" and parsed.calls:
+                    turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
+                    for block in re.findall(r"<tool_call>(.*?)</tool_call>", message.content):
+                        state = turn.feed(turn.start(), block)
+                        assert state is not None and state.ended, (kind, seed, block)
+                        calls += 1
+                seen.append(parsed.text if message.role == "assistant" else message.content)
+    assert calls >= 12 * 3
 
 
 def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:

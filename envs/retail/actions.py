@@ -9,12 +9,14 @@ Authentication, ownership and the user's confirmation are the session's business
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from srt_agent.envs.retail.db import Database, Order, Payment, PaymentMethod, User, money
 from srt_agent.errors import SrtAgentError
 
-CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+CancelReason = Literal["no longer needed", "ordered by mistake"]
+"""A cancellation's reason: the cancel tool's parameter type, so its schema carries the ``enum``."""
+CANCEL_REASONS: tuple[CancelReason, ...] = get_args(CancelReason)
 
 
 class RetailError(SrtAgentError, ValueError):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from srt_agent.envs.retail import actions
-from srt_agent.envs.retail.actions import RetailError
+from srt_agent.envs.retail.actions import CancelReason, RetailError
 from srt_agent.envs.retail.db import Database, Order, User
 from srt_agent.tooling.definition import tool
 from srt_agent.tooling.toolset import ToolSet
@@ -192,7 +192,7 @@ def build_toolset(session: Callable[[], RetailSession]) -> ToolSet:
         return session().product_details(product_id)
 
     @tool
-    def cancel_pending_order(order_id: str, reason: str) -> str:
+    def cancel_pending_order(order_id: str, reason: CancelReason) -> str:
         """Cancel a pending order (needs the user's confirmation); its total is refunded.
 
         Args:

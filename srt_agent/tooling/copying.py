@@ -25,18 +25,23 @@ from srt_agent.tooling.grammar import ToolCallGrammar, ToolSpec, ValueSpec
 _WORD = re.compile(r"[A-Za-z0-9_#@.+\-]+")
 # Quoted strings: the string values of a tool's JSON output (names with spaces, addresses).
 _QUOTED = re.compile(r'"([ -!#-\[\]-~]{1,120})"')
+# Single-quoted ones, as prose quotes a value ("the reason 'no longer needed'"); the quotes must
+# stand outside words, so the apostrophes of "I'd" and "customer's" never pair up.
+_SINGLE_QUOTED = re.compile(r"(?<![A-Za-z0-9])'([ -&(-~]{1,120}?)'(?![A-Za-z0-9])")
 
 
 def copy_candidates(text: str) -> frozenset[str]:
     """The strings a copied value may be, taken from ``text`` (the conversation so far).
 
     Every word (a run of letters, digits and ``_#@.+-``, without a sentence's trailing ``.`` or
-    ``-``) and every double-quoted string of printable ASCII without a backslash (JSON string
-    values of tool outputs). Non-ASCII text never becomes a candidate: a byte-level vocabulary
-    may have no whole token for its characters, and a value must always be completable.
+    ``-``), every double-quoted string of printable ASCII without a backslash (JSON string
+    values of tool outputs) and every single-quoted one (a value quoted in prose). Non-ASCII
+    text never becomes a candidate: a byte-level vocabulary may have no whole token for its
+    characters, and a value must always be completable.
     """
     words = {w.rstrip(".-") for w in _WORD.findall(text)}
     words.update(_QUOTED.findall(text))
+    words.update(_SINGLE_QUOTED.findall(text))
     words.discard("")
     return frozenset(words)
 
