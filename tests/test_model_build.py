@@ -230,6 +230,7 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
 
     config = load_config(Path(__file__).parents[1] / "configs" / "retail.yaml")
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
+    assert config.rollout.constrain_tool_calls and config.rollout.copy_tool_arguments  # its best decoding
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
     # Half its conversations recover from a misread request (the other half are the oracle's).
