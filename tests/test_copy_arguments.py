@@ -9,7 +9,6 @@ string: the prompt's user text says ``Liam``, an earlier call of the policy said
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,7 +29,7 @@ from srt_agent.env.multi_turn import oracle_policy
 from srt_agent.rollout.config import RolloutConfig
 from srt_agent.tooling.copying import copy_candidates, turn_grammar
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
-from srt_agent.tooling.parser import parse_tool_calls
+from srt_agent.tooling.parser import _split_blocks
 from srt_agent.train.constrained import allowed_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -92,14 +91,16 @@ def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
             assert result.total_reward == 1.0
             seen: list[str] = []
             for message in result.transcript[1:]:
-                parsed = parse_tool_calls(message.content)
-                if message.role == "assistant" and parsed.calls:
-                    turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
-                    for block in re.findall(r"<tool_call>(.*?)</tool_call>", message.content):
-                        state = turn.feed(turn.start(), block)
-                        assert state is not None and state.ended, (kind, seed, block)
-                        calls += 1
-                seen.append(parsed.text if message.role == "assistant" else message.content)
+                if message.role != "assistant":
+                    seen.append(message.content)
+                    continue
+                text, blocks = _split_blocks(message.content)  # the parser's own split
+                turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
+                for block in blocks:
+                    state = turn.feed(turn.start(), block)
+                    assert state is not None and state.ended, (kind, seed, block)
+                    calls += 1
+                seen.append(text)
     assert calls >= 12 * 3
 
 
