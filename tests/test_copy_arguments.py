@@ -29,7 +29,7 @@ from srt_agent.env.multi_turn import oracle_policy
 from srt_agent.rollout.config import RolloutConfig
 from srt_agent.tooling.copying import copy_candidates, turn_grammar
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
-from srt_agent.tooling.parser import _split_blocks
+from srt_agent.tooling.parser import split_blocks
 from srt_agent.train.constrained import allowed_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -94,7 +94,7 @@ def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
                 if message.role != "assistant":
                     seen.append(message.content)
                     continue
-                text, blocks = _split_blocks(message.content)  # the parser's own split
+                text, blocks = split_blocks(message.content)
                 turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
                 for block in blocks:
                     state = turn.feed(turn.start(), block)

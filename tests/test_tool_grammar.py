@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import gymnasium as gym
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from srt_agent.env.episode_loop import run_episode
 from srt_agent.env.multi_turn import oracle_policy
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
-from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG, format_tool_call
+from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG, format_tool_call, split_blocks
 
 SCHEMAS = [
     {
@@ -128,7 +127,7 @@ def test_every_call_the_retail_oracle_writes_is_accepted() -> None:
         for message in result.transcript:
             if message.role != "assistant":
                 continue
-            for found in re.findall(f"{re.escape(OPEN_TAG)}(.*?){re.escape(CLOSE_TAG)}", message.content):
+            for found in split_blocks(message.content)[1]:
                 assert accepts(found, grammar), found
                 json.loads(found)
                 calls += 1

@@ -77,8 +77,13 @@ class ParsedTurn(BaseModel):
         return bool(self.calls or self.errors)
 
 
-def _split_blocks(text: str) -> tuple[str, list[str]]:
-    """Return the text outside tool-call blocks and the raw bodies of the blocks."""
+def split_blocks(text: str) -> tuple[str, list[str]]:
+    """Split an assistant turn into the text outside its tool-call blocks and the blocks' raw bodies.
+
+    The bodies are not decoded (:func:`parse_tool_calls` does that); callers that feed them to a
+    grammar or a matcher use this so that every reader agrees with the parser on where a block
+    starts and ends.
+    """
     outside: list[str] = []
     bodies: list[str] = []
     pos = 0
@@ -149,7 +154,7 @@ def parse_tool_calls(text: str, *, id_prefix: str = "") -> ParsedTurn:
     Returns:
         The decoded calls, the malformed blocks with reasons, and the remaining text. Never raises.
     """
-    outside, bodies = _split_blocks(text)
+    outside, bodies = split_blocks(text)
     calls: list[ToolCall] = []
     errors: list[MalformedCall] = []
     for i, body in enumerate(bodies):
