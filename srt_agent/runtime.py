@@ -181,7 +181,7 @@ def build_runtime(
         from srt_agent.contracts.generation import SamplingParams
 
         sampling = SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k)
-        local.warm_up([sampling])
+        local.warm_up([sampling], masked=rollout.constrain_tool_calls)
     scheduler = RolloutScheduler(local, fmt, rollout, runahead=ahead, progress=progress)
     return Runtime(local, fmt, draft_source, scheduler)
 

@@ -172,9 +172,11 @@ SAMPLES = 3_000
         # free until the model opens a block; drafts from the unconstrained model (opening tags
         # drafted, and tokens under them the grammar refuses)
         ((END, 5, 3), {}),
-        ((END, 5, 3), {"cuda_graphs": True}),  # the static steps (eager on CPU) outside blocks
+        # the static steps (what CUDA graphs capture; eager on CPU), masked ones inside blocks
+        ((END, 5, 3), {"cuda_graphs": True}),
         # a prompt that ends inside an open block; drafts from the masked distribution (accepted)
         ((END, OPEN), {"drafts": "masked"}),
+        ((END, OPEN), {"drafts": "masked", "cuda_graphs": True}),
     ],
 )
 @pytest.mark.parametrize("temperature", [1.0, 0.8])
@@ -203,6 +205,55 @@ def check_masked_sampling(
         for k in range(WINDOW):
             want = float(masked[seq[:k]][seq[k]].log())
             assert abs(lps[k] - want) < 1e-4, (seq, k, lps[k], want)
+
+
+def test_constrained_steps_replay_graphs_and_equal_the_eager_path(model_dir: Path) -> None:
+    # With "capture" on (a stand-in graph on a CPU) and the masked shapes warmed, every decode and
+    # verify step of constrained requests is a replay, and each row gets what the eager path gives.
+    from test_engine_static_steps import _FakeGraph
+
+    params = SamplingParams(temperature=1.0)
+    _, raw = tables(model_dir, (END, 5, 3), params)
+
+    def dist(context: tuple[int, ...]) -> list[float] | None:
+        probs = raw.get(context)
+        return probs.tolist() if probs is not None else None
+
+    requests = [
+        GenerationRequest(
+            f"r{i}", prompt, SamplingParams(max_new_tokens=MAX_NEW, seed=i), tool_grammar=GRAMMAR
+        )
+        for i, prompt in enumerate([(END, 5, 3), (END, OPEN)] * 24)
+    ]
+    outs, stats = [], []
+    for static in (False, True):
+        with TorchEngine(
+            model_dir,
+            max_batch_size=16,
+            draft_source=ModelDrafts(dist, V, seed=3),
+            spec=SpecConfig(adaptive=False, max_draft_tokens=5, max_batch_tokens=16 * 6),
+            tokenizer=PieceTokenizer(),
+            cuda_graphs=static,
+        ) as eng:
+            if static:
+                graphs = eng.graphs
+                assert graphs is not None
+                graphs.capture = True
+                graphs._capture = lambda run: (lambda g: (g, g.out))(_FakeGraph(run))  # type: ignore[method-assign]
+                eng.warm_up([params], masked=True)
+                assert any(key[0] == "masked" for key in graphs._graphs)
+            outs.append(eng.generate(requests))
+            stats.append(eng.stats())
+    for eager, static_out in zip(*outs, strict=True):
+        assert eager.token_ids == static_out.token_ids
+        assert max(abs(a - b) for a, b in zip(eager.logprobs, static_out.logprobs, strict=True)) < 1e-4
+    inside = sum(
+        isinstance(reference_state(r.prompt_ids + o.token_ids[:2]), CallState)
+        for r, o in zip(requests, outs[1], strict=True)
+    )
+    assert inside >= len(requests) // 2  # half start inside a block, others open one
+    assert stats[1].graph_replays == stats[1].decode_steps > 0  # masked steps too: none eager
+    assert stats[1].unwarmed_shapes == 0
 
 
 def test_greedy_takes_the_masked_argmax(model_dir: Path) -> None:

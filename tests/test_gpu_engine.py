@@ -164,8 +164,8 @@ def test_cuda_speculative_samples_follow_the_exact_distribution(
 
 @pytest.mark.parametrize("prompt", [(END, 5, 3), (END, OPEN)])
 def test_constrained_tool_calls_are_exact_on_cuda(tmp_path: Path, prompt: tuple[int, ...]) -> None:
-    # Static steps (CUDA graphs) outside blocks, eager masked steps inside them, float32 so that
-    # the recorded logprobs can be held to 1e-4.
+    # Static steps (CUDA graphs), masked ones inside blocks (captured when first met: no warm-up
+    # here), float32 so that the recorded logprobs can be held to 1e-4.
     model_dir = save_exact_model(tmp_path)
     drafts = "masked" if prompt[-1] == OPEN else "raw"
     check_masked_sampling(

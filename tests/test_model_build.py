@@ -242,6 +242,7 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     gpu = load_config(Path(__file__).parents[1] / "configs" / "retail-gpu.yaml")
     assert gpu.model.build_preset == "retail-gpu" and gpu.env.id == "srt/Retail-v0"
     assert gpu.trainer.device == "cuda" and preset_config("retail-gpu").sft.device == "cuda"
+    assert gpu.rollout.constrain_tool_calls and gpu.rollout.copy_tool_arguments  # the same decoding
     assert (
         config.eval_temperature == gpu.eval_temperature == 0.0
     )  # held-out pass^1 is greedy, as in tau-bench

@@ -429,10 +429,7 @@ class Scheduler:
         return out
 
     def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:
-        """``(B, V)`` allowed next tokens of a plain step's rows; ``None`` if no row is inside a call.
-
-        Such steps run eagerly: static steps (CUDA graphs) take no mask.
-        """
+        """``(B, V)`` allowed next tokens of a plain step's rows; ``None`` if no row is inside a call."""
         masks = self._tree_masks(seqs, [EMPTY_DRAFT] * len(seqs))
         return None if masks is None else masks[:, 0]
 
@@ -447,8 +444,8 @@ class Scheduler:
     def _plain_decode(self) -> list[Emitted]:
         """One token per row: the classic decode forward."""
         masks = self._call_masks(self.rows)
-        if masks is None and self.graphs is not None and self.graphs.fits(len(self.rows), 1):
-            return self._static_decode(self.graphs)
+        if self.graphs is not None and self.graphs.fits(len(self.rows), 1):
+            return self._static_decode(self.graphs, masks)
         device = self.model.device
         b = len(self.rows)
         start = time.perf_counter()
@@ -469,14 +466,20 @@ class Scheduler:
         self.counters.add_time(forward=time.perf_counter() - start)
         return out
 
-    def _static_decode(self, graphs: StepGraphs) -> list[Emitted]:
-        """One token per row through a static-shape step (a CUDA graph replay on a GPU)."""
+    def _static_decode(self, graphs: StepGraphs, masks: torch.Tensor | None) -> list[Emitted]:
+        """One token per row through a static-shape step (a CUDA graph replay on a GPU).
+
+        ``masks`` (``(B, V)`` bool, or ``None``) are the rows' allowed tokens (constrained calls).
+        """
         start = time.perf_counter()
         rows = self.rows
         params = [s.request.params for s in rows]
         values = _next_uniforms(rows)
         uniforms = None if values is None else [[u] for u in values]
-        draws = graphs.run([[s.tokens[-1]] for s in rows], [s.cached for s in rows], None, uniforms, params)
+        allowed = None if masks is None else masks[:, None]
+        draws = graphs.run(
+            [[s.tokens[-1]] for s in rows], [s.cached for s in rows], None, uniforms, params, allowed
+        )
         out = [Emitted([t[0]], [lp[0]]) for t, lp in zip(draws.tokens, draws.logprobs, strict=True)]
         self.counters.add_time(forward=time.perf_counter() - start)
         return out

@@ -7,7 +7,8 @@ from it reads whatever the host copied there last. Layouts (``n = rows * width``
 * tree step (decode, verify): integers ``ids, masks, depths`` (``n`` each: per row, its tree's
   tokens, each position's ancestor bitmask and depth), then ``prefix, top_k, greedy`` (one per
   row); floats ``uniforms`` (``n``: the uniform of each position's depth), then
-  ``temperature, top_p``;
+  ``temperature, top_p``; a masked tree step also reads a third buffer, the allowed tokens of
+  each position (bool, ``rows x width x V``);
 * prefill: integers ``ids`` (``n``: the new prompt tokens, padded), then
   ``prefix, last, rows, top_k, greedy`` (per row: cached positions, index of the last real new
   token, the cache row); floats ``uniforms, temperature, top_p`` (per row).
@@ -52,8 +53,14 @@ def tree_step(
     tb: int,
     span: int,
     flags: Flags,
+    allowed: torch.Tensor | None = None,
 ) -> Body:
-    """A decode or verify step over cache rows ``0 .. bb-1``, trees of ``tb`` positions, span ``span``."""
+    """A decode or verify step over cache rows ``0 .. bb-1``, trees of ``tb`` positions, span ``span``.
+
+    ``allowed``, a ``(bb, tb, V)`` bool view of a fixed device buffer, masks the logits of every
+    position before its draw (constrained tool calls): the step then draws from the masked,
+    renormalised distribution, as the eager path does.
+    """
     n = bb * tb
     ids = ints[:n].view(bb, tb)
     masks = ints[n : 2 * n].view(bb, tb)
@@ -68,7 +75,10 @@ def tree_step(
         write = prefix[:, None] + offsets[None, :]  # (Bb, Tb): node j is stored at prefix + j
         bias = mask_bias(prefix, masks, span, model.dtype)  # (Bb, 1, Tb, L)
         hidden = model.forward(ids, positions, cache, 0, write, bias, hidden_only=True)  # (Bb, Tb, E)
-        return draw(model.head(hidden.view(n, -1)).view(bb, tb, -1))  # logits (Bb, Tb, V)
+        logits = model.head(hidden.view(n, -1)).view(bb, tb, -1)  # (Bb, Tb, V)
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        return draw(logits)
 
     return run
 

@@ -48,6 +48,14 @@ span's keys costs microseconds. Warm-up builds the launch-bound ones (at most
 :data:`WARM_PREFILL_TOKENS` padded tokens); larger prefills are compute-bound and run eagerly at
 their own span.
 
+**Constrained steps** (a row inside a tool call, :mod:`~srt_agent.engine.constraint`) run as
+their own shapes (kind ``"masked"``): the same step with the logits of every position masked by a
+third input buffer, the allowed tokens per row and tree position, filled on the device before the
+launch (all allowed for rows and positions without a constraint). Warm-up builds them only when
+asked (``warm_up(..., masked=True)``: a rollout with ``constrain_tool_calls``); otherwise they are
+captured the first time they are met. Without them every step with one constrained row would run
+eagerly: at a few dozen rows, nearly every step of a tool-calling rollout.
+
 With ``capture=False`` the same static-shape steps run eagerly: that is how the CPU tests check this
 path against the engine's plain one, and the fallback when a capture fails on a device.
 """
@@ -85,7 +93,7 @@ MAX_PREFILL = 1024
 WARM_PREFILL_TOKENS = 2048
 """Most padded tokens (rows x new tokens) of a prefill shape that warm-up captures."""
 
-_Key = tuple[str, int, int, int, Flags]  # step kind, rows, width (new tokens), span, sampling flags
+_Key = tuple[str, int, int, int, Flags]  # kind (step, masked, prefill), rows, width, span, sampling flags
 
 
 def bucket(n: int, floor: int = 1) -> int:
@@ -163,6 +171,9 @@ class StepGraphs:
         self._ints = torch.zeros_like(self._ints_host, device=device)
         self._floats = torch.zeros_like(self._floats_host, device=device)
         self._graphs: dict[_Key, _Graph] = {}
+        # Allowed tokens per row and tree position of masked steps: made on the first one, then
+        # never moved (captured graphs read it where it is).
+        self._allowed: torch.Tensor | None = None
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # where graphs are captured (made on first use)
         self.captures = 0  # graphs captured
@@ -180,6 +191,7 @@ class StepGraphs:
         self.unwarmed_shapes = 0  # shapes of warmed flags met later: run eagerly, never captured
         self.unwarmed_runs = 0  # steps and prefills run on those shapes (each one eagerly)
         self._warm: set[Flags] = set()  # sampling flags whose shapes warm_up built
+        self._warm_masked: set[Flags] = set()  # ... and whose masked step shapes it built
         # Spent launching steps and waiting for their results (the whole forward where steps run
         # eagerly, e.g. on a CPU): a step's time less this is the host's own work.
         self.device_s = 0.0
@@ -218,6 +230,7 @@ class StepGraphs:
         parents: Sequence[Sequence[int]] | None,
         uniforms: Sequence[Sequence[float]] | None,
         params: Sequence[SamplingParams],
+        masks: torch.Tensor | None = None,
     ) -> StepDraws:
         """Run one decode or verify forward over rows ``0 .. B-1`` and draw at every position.
 
@@ -230,9 +243,12 @@ class StepGraphs:
             uniforms: Per row, the uniforms of its stream by depth (``uniforms[b][d]`` for a
                 position at depth ``d``; deeper padding reuses the last); ``None`` if all greedy.
             params: Per row, its sampling parameters.
+            masks: ``(B, width, V)`` bool on the model's device, the tokens allowed at each
+                position (constrained tool calls); ``None``: all allowed.
 
         Returns:
-            The token and logprob drawn at each real position of each row.
+            The token and logprob drawn at each real position of each row (with ``masks``,
+            from the masked, renormalised distribution).
 
         Raises:
             ValueError: The step does not fit (:meth:`fits`) or overruns the cache.
@@ -248,8 +264,12 @@ class StepGraphs:
         span = min(bucket(need, MIN_SPAN), self.max_span)
         flags = sampling_flags(params, self.model.config.vocab_size)
         self._fill(ids, prefix, parents, uniforms, params, bb, tb)
+        kind = "step"
+        if masks is not None:
+            self._fill_allowed(masks, bb, tb)
+            kind = "masked"
         timer = CaptureFreeTimer(self)
-        out, replayed = self._launch(("step", bb, tb, span, flags))
+        out, replayed = self._launch((kind, bb, tb, span, flags))
         if replayed:
             self.replays += 1
         else:
@@ -324,7 +344,7 @@ class StepGraphs:
 
     # --- warm-up ------------------------------------------------------------------------------
 
-    def warm_up(self, params: Sequence[SamplingParams]) -> int:
+    def warm_up(self, params: Sequence[SamplingParams], *, masked: bool = False) -> int:
         """Build every step shape of ``params``' sampling flags now, largest first (see the module doc).
 
         Must run while no sequence holds a cache row: each shape runs once on placeholder inputs
@@ -335,6 +355,7 @@ class StepGraphs:
             params: Sampling parameters the engine will run (e.g. the rollout's); one set of shapes
                 per distinct sampling flags. Flags warmed before are skipped. Verify shapes are
                 built where the engine verifies at all (:attr:`max_width` > 1).
+            masked: Build the masked (constrained) decode and verify shapes as well.
 
         Returns:
             Shapes built.
@@ -346,14 +367,15 @@ class StepGraphs:
         built = len(self._graphs)
         for p in params:
             flags = sampling_flags([p], vocab)
-            if flags in self._warm:
-                continue
-            for kind, rows, width, span in self.warm_shape_list():
-                if kind == "step":
-                    self._warm_step(rows, width, span, p)
-                else:
-                    self._warm_prefill(rows, width, p)
-            self._warm.add(flags)
+            for done, steps_only in ((self._warm, False), (self._warm_masked, True)):
+                if flags in done or (steps_only and not masked):
+                    continue
+                for kind, rows, width, span in self.warm_shape_list():
+                    if kind == "step":
+                        self._warm_step(rows, width, span, p, masked=steps_only)
+                    elif not steps_only:
+                        self._warm_prefill(rows, width, p)
+                done.add(flags)
         self.replays, self.eager_steps, self.prefills, self.prefill_replays, self.device_s = before
         new = len(self._graphs) - built
         self.warm_shapes += new
@@ -379,12 +401,18 @@ class StepGraphs:
         shapes += [("prefill", k, t, self.max_span) for k, t in prefills]
         return sorted(shapes, key=lambda s: (-s[1] * s[2] * s[3], s))
 
-    def _warm_step(self, rows: int, width: int, span: int, p: SamplingParams) -> None:
+    def _warm_step(
+        self, rows: int, width: int, span: int, p: SamplingParams, *, masked: bool = False
+    ) -> None:
         """Run one decode or verify step of shape ``(rows, width, span)`` on placeholder inputs."""
         chain = [-1, *range(width - 1)] if width > 1 else None
         uniforms = [[0.5] * width] * rows if p.temperature > 0 else None
         prefix = [span - width] * rows  # so the step's span bucket is `span`
-        self.run([[0] * width] * rows, prefix, [chain] * rows if chain else None, uniforms, [p] * rows)
+        vocab = self.model.config.vocab_size
+        masks = (
+            torch.ones((rows, width, vocab), dtype=torch.bool, device=self.model.device) if masked else None
+        )
+        self.run([[0] * width] * rows, prefix, [chain] * rows if chain else None, uniforms, [p] * rows, masks)
 
     def _warm_prefill(self, rows: int, width: int, p: SamplingParams) -> None:
         """Run one prefill of ``rows`` rows x ``width`` new tokens (whole span) on placeholder inputs."""
@@ -395,7 +423,7 @@ class StepGraphs:
         """Run the step of ``key`` on the inputs just filled: its output, and whether it was a replay."""
         entry = self._graphs.get(key)
         if entry is None:
-            warmed = key[-1] in self._warm
+            warmed = key[-1] in (self._warm_masked if key[0] == "masked" else self._warm)
             self.unwarmed_shapes += warmed
             entry = self._graphs[key] = self._build(key, capture=self.capture and not warmed)
             entry.unwarmed = warmed
@@ -457,6 +485,16 @@ class StepGraphs:
         self._floats_np[: len(flat_u)] = flat_u
         self._fill_params(None, len(ints), len(flat_u), params, pad)
 
+    def _fill_allowed(self, masks: torch.Tensor, bb: int, tb: int) -> None:
+        """Write a masked step's allowed tokens (rows past ``masks`` and positions past its width: all)."""
+        if self._allowed is None:
+            shape = (bucket(self.max_rows), self.max_width, self.model.config.vocab_size)
+            self._allowed = torch.ones(shape, dtype=torch.bool, device=self.model.device)
+        rows, width = masks.shape[0], masks.shape[1]
+        allowed = self._allowed[:bb, :tb]
+        allowed.fill_(True)
+        allowed[:rows, :width].copy_(masks, non_blocking=True)
+
     def _fill_params(
         self,
         rows: list[int] | None,
@@ -490,8 +528,11 @@ class StepGraphs:
     def _build(self, key: _Key, *, capture: bool) -> _Graph:
         """The step of one shape: captured as a graph if ``capture`` (and it works), else eager."""
         kind, bb, tb, span, flags = key
-        body = tree_step if kind == "step" else prefill_step
-        run = body(self.model, self.cache, self._ints, self._floats, bb, tb, span, flags)
+        if kind == "prefill":
+            run = prefill_step(self.model, self.cache, self._ints, self._floats, bb, tb, span, flags)
+        else:
+            allowed = None if kind == "step" else self._allowed_view(bb, tb)
+            run = tree_step(self.model, self.cache, self._ints, self._floats, bb, tb, span, flags, allowed)
         if not capture:
             return _Graph(run)
         start = time.perf_counter()
@@ -506,9 +547,13 @@ class StepGraphs:
         self.captures += 1
         took = time.perf_counter() - start
         self.capture_s += took
-        if kind != "step":
+        if kind == "prefill":
             self.prefill_capture_s += took
         return _Graph(run, graph, out)
+
+    def _allowed_view(self, bb: int, tb: int) -> torch.Tensor:
+        assert self._allowed is not None, "a masked step fills its allowed tokens before it is built"
+        return self._allowed[:bb, :tb]
 
     def _capture(self, run: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         device = self.model.device

@@ -369,7 +369,7 @@ class TorchEngine:
         self._check_length(request)
         return await asyncio.wrap_future(self._submit(request))
 
-    def warm_up(self, params: Sequence[SamplingParams]) -> float:
+    def warm_up(self, params: Sequence[SamplingParams], *, masked: bool = False) -> float:
         """Build (on a GPU: capture) every static step shape the engine will run, before any request.
 
         Every decode, verify and launch-bound prefill shape for the sampling flags of ``params``
@@ -379,6 +379,8 @@ class TorchEngine:
         Args:
             params: The sampling parameters requests will use (only their flags matter: greedy,
                 temperature 1 or not, top-k/top-p filtering).
+            masked: Requests will constrain their tool calls (a tokenizer's grammar masks): build
+                the masked decode and verify shapes too, so those steps replay graphs as well.
 
         Returns:
             Seconds it took (0.0 without static steps).
@@ -397,7 +399,7 @@ class TorchEngine:
                 raise RuntimeError("warm_up runs before requests are submitted (rows are in use)")
             before = graphs.warm_up_s
             with torch.inference_mode():
-                graphs.warm_up(params)
+                graphs.warm_up(params, masked=masked)
             return graphs.warm_up_s - before
 
         seconds = self._call(run)

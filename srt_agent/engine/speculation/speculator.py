@@ -284,7 +284,7 @@ class Speculator:
             params: The rows' sampling parameters.
             masks: ``(B, width, V)`` bool, the tokens allowed at each tree position (constrained
                 tool calls: a position's draw is from the masked, renormalised distribution);
-                ``None``: all allowed. Masked steps run eagerly (static steps take no mask).
+                ``None``: all allowed.
 
         Returns:
             Per row, what it emits.
@@ -301,13 +301,14 @@ class Speculator:
             for s in rows
         ]
         verdicts: list[Verdict]
-        if masks is None and self.graphs is not None and self.graphs.fits(len(rows), width):
+        if self.graphs is not None and self.graphs.fits(len(rows), width):
             draws = self.graphs.run(
                 [[s.tokens[-1], *d.token_ids] for s, d in zip(rows, drafts, strict=True)],
                 [s.cached for s in rows],
                 parents,
                 table if sampled else None,
                 [s.request.params for s in rows],
+                masks,
             )
             forwarded = time.perf_counter()  # one static step: forward and draws together
             verdicts, logprob_rows = _walk_drawn(drafts, draws.tokens, draws.logprobs)
