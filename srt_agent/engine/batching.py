@@ -414,6 +414,9 @@ class Scheduler:
         out = torch.ones(
             (len(seqs), width, masks.vocabulary.size), dtype=torch.bool, device=self.model.device
         )
+        rows: list[int] = []
+        positions: list[int] = []
+        found: list[torch.Tensor] = []
         for i in need:
             tracker, draft = seqs[i].tracker, drafts[i]
             assert tracker is not None
@@ -425,7 +428,11 @@ class Scheduler:
                 reachable.append(reachable[above] and allowed)
             for position, (state, ok) in enumerate(zip(states, reachable, strict=True)):
                 if ok and state is not None:
-                    out[i, position] = masks.mask(tracker.grammar, state)
+                    rows.append(i)
+                    positions.append(position)
+                    found.append(masks.mask(tracker.grammar, state))
+        if found:  # one gather and one scatter, not a device copy per position (host-bound on a GPU)
+            out[rows, positions] = torch.stack(found)
         return out
 
     def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:
