@@ -432,7 +432,10 @@ class Scheduler:
                     positions.append(position)
                     found.append(masks.mask(tracker.grammar, state))
         if found:  # one gather and one scatter, not a device copy per position (host-bound on a GPU)
-            out[rows, positions] = torch.stack(found)
+            pinned = out.device.type == "cuda"
+            where = torch.tensor([rows, positions], dtype=torch.long, pin_memory=pinned)
+            where = where.to(out.device, non_blocking=True)
+            out[where[0], where[1]] = torch.stack(found)
         return out
 
     def _call_masks(self, seqs: Sequence[SequenceState]) -> torch.Tensor | None:

@@ -76,8 +76,8 @@ def tree_step(
         bias = mask_bias(prefix, masks, span, model.dtype)  # (Bb, 1, Tb, L)
         hidden = model.forward(ids, positions, cache, 0, write, bias, hidden_only=True)  # (Bb, Tb, E)
         logits = model.head(hidden.view(n, -1)).view(bb, tb, -1)  # (Bb, Tb, V)
-        if allowed is not None:
-            logits = logits.masked_fill(~allowed, float("-inf"))
+        if allowed is not None:  # in place: the head's output is the step's own tensor
+            logits.masked_fill_(~allowed, float("-inf"))
         return draw(logits)
 
     return run

@@ -204,6 +204,7 @@ class StepGraphs:
     def release(self) -> None:
         """Drop every captured graph and its memory (the engine is closing)."""
         self._graphs.clear()
+        self._allowed = None
 
     def fits(self, rows: int, width: int) -> bool:
         """Whether a step of ``rows`` rows and trees of ``width`` positions can run here.
