@@ -128,3 +128,27 @@ def test_mistakes_found_before_anything_runs_exit_2(model_dir: Path, tmp_path: P
     result = runner.invoke(app, ["train", str(config), "--json", str(a_file / "summary.json")], env=WIDE)
     assert result.exit_code == 2 and "--json" in result.output and "cannot create its folder" in result.output
     assert not list((tmp_path / "run").glob("*"))  # nothing ran (the folder was only checked)
+
+
+def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from srt_agent.config import load_config
+    from srt_agent.train.summary import summarize, summary_table
+
+    cfg = load_config(write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run")))
+    evals = [
+        {"kind": "eval", "step": 0, "success_rate": 0.25, "success_cancel": 0.5, "success_return": 0.0},
+        {"kind": "step", "step": 1, "reward_mean": 0.5, "success_rate": 0.5, "success_cancel": 1.0},
+        {"kind": "eval", "step": 1, "success_rate": 0.5, "success_cancel": 1.0, "success_return": 0.0},
+    ]
+    summary = summarize(evals, cfg, wall_s=1.0)
+    assert summary["success_before_cancel"] == 0.5 and summary["success_after_cancel"] == 1.0
+    assert summary["success_before_return"] == summary["success_after_return"] == 0.0
+    assert "success_before_rate" not in summary and not any(isinstance(v, dict) for v in summary.values())
+    console = Console(width=120, record=True)
+    console.print(summary_table(summary))
+    text = console.export_text()
+    assert "cancel: before -> after" in text and "50.0% -> 100.0%" in text
+    plain = summarize([r for r in evals if "success_cancel" not in r or r["kind"] == "step"], cfg, wall_s=1.0)
+    assert not any(k.startswith("success_after_") for k in plain)  # an env without task kinds

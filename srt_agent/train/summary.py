@@ -41,7 +41,9 @@ def summarize(
       ``resumed_from``: the checkpoint step this invocation started from (0: a fresh run).
     * ``success_before`` / ``success_after``: held-out success rate (``trainer.eval_episodes``
       tasks of ``env.eval_seeds``, the same sampling seeds) before training and after the last step;
-      ``improvement``: after - before; ``eval_episodes``; ``eval_temperature`` (0: greedy).
+      ``improvement``: after - before; ``eval_episodes``; ``eval_temperature`` (0: greedy);
+      ``success_before_<kind>`` / ``success_after_<kind>``: the same per task kind, where the env
+      labels its tasks (Retail: ``cancel``, ``return``, ``exchange``, ``info``).
     * ``reward_first`` / ``reward_last``: mean episode reward of the first and last step's rollouts;
       ``train_success_first`` / ``train_success_last``: their success rates.
     * ``wall_s``: seconds of this invocation (model build and evaluations included); ``build_s``:
@@ -78,6 +80,13 @@ def summarize(
     after = evals[-1]["success_rate"] if len(evals) > 1 else before
     speedups = _values(steps, "srt_speedup")
     first, last = (steps[0], steps[-1]) if steps else ({}, {})
+    kinds = sorted(
+        {k.removeprefix("success_") for r in evals for k in r if k.startswith("success_")} - {"rate"}
+    )
+    per_kind: dict[str, Any] = {}
+    for kind in kinds:
+        per_kind[f"success_before_{kind}"] = evals[0].get(f"success_{kind}")
+        per_kind[f"success_after_{kind}"] = evals[-1].get(f"success_{kind}")
     return {
         "schema": SUMMARY_SCHEMA,
         "env_id": cfg.env.id,
@@ -117,6 +126,7 @@ def summarize(
         "kl_last": last.get("kl"),
         "entropy_last": last.get("entropy"),
         "run_ahead_announced": announced,
+        **per_kind,
     }
 
 
@@ -124,6 +134,18 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     if value is None:
         return "-"
     return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def _kind_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per task kind: held-out success before -> after."""
+    kinds = [k.removeprefix("success_after_") for k in s if k.startswith("success_after_")]
+    return [
+        (
+            f"  {kind}: before -> after",
+            f"{_fmt(s.get(f'success_before_{kind}'), '.1%')} -> {_fmt(s[f'success_after_{kind}'], '.1%')}",
+        )
+        for kind in kinds
+    ]
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
@@ -136,6 +158,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         ("held-out success before", _fmt(s["success_before"], ".1%")),
         ("held-out success after", _fmt(s["success_after"], ".1%")),
         ("improvement (absolute)", _fmt(s["improvement"], "+.1%")),
+        *_kind_rows(s),
         ("mean reward, first -> last step", f"{_fmt(s['reward_first'])} -> {_fmt(s['reward_last'])}"),
         ("SRT speedup (rollout, spec off / on)", _fmt(s["srt_speedup_mean"], ".2f") + "x"),
         ("tokens per forward", _fmt(s["tokens_per_forward_mean"], ".2f")),

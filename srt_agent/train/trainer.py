@@ -38,6 +38,7 @@ from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
 from srt_agent.engine.constraint import CallMasks, Vocabulary
 from srt_agent.errors import SrtAgentError, describe_fault
+from srt_agent.evaluation.report import slug
 from srt_agent.train.checkpoint import (
     Checkpoint,
     NonFiniteWeights,
@@ -303,7 +304,11 @@ class Trainer:
         return self.metrics.records()
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Held-out evaluation of the current weights, logged as an ``eval`` record at ``step``."""
+        """Held-out evaluation of the current weights, logged as an ``eval`` record at ``step``.
+
+        The record has ``success_rate``, ``mean_reward``, ``episodes``, ``failed``, ``temperature``,
+        ``eval_s`` and, where the env labels its tasks' kinds, ``success_<kind>`` per kind.
+        """
         callback = self.progress.phase("eval", self.cfg.trainer.eval_episodes)
         t0 = time.perf_counter()
         report = self.rollouts.evaluate(callback)
@@ -315,6 +320,8 @@ class Trainer:
             "temperature": self.cfg.eval_temperature,
             "eval_s": time.perf_counter() - t0,
         }
+        # Per task kind where the env labels its tasks (Retail: cancel, return, exchange, info).
+        result.update({f"success_{slug(kind)}": f.success_rate for kind, f in sorted(report.kinds.items())})
         self.metrics.log({"kind": "eval", "step": step, "time": time.time(), **result})
         self.state.last_eval = step
         return result
