@@ -128,9 +128,13 @@ def test_results_per_round_and_the_table(model_dir: Path) -> None:
 def test_srt_drafts_and_accepts_in_the_bench(model_dir: Path) -> None:
     """Greedy rounds over the same prompts: later rounds replay earlier ones from the tree cache.
 
-    Run-ahead takes every free row (on a CPU the engine's ledger would soon stop it: its rows cost).
+    Run-ahead takes every free row (on a CPU the engine's ledger would soon stop it: its rows cost),
+    and every step verifies the full budget: how much the cost model drafts follows the measured
+    step times, which a loaded machine moves (tokens per forward 1.46 in one CI run, 1.5+ alone).
     """
-    free_rows = SpecSection.model_validate({"runahead_slowdown": 10, "run_ahead": True})  # on, on a CPU too
+    free_rows = SpecSection.model_validate(
+        {"runahead_slowdown": 10, "run_ahead": True, "adaptive": False}  # on, on a CPU too
+    )
     config = tiny(model_dir, configs=("srt",), rounds=3, temperature=0.0, spec_options=free_rows)
     results = run_rollout_bench(config)
     tokens = {(r.config, r.round): r.metrics.live_tokens for r in results}
