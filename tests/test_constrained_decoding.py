@@ -210,7 +210,7 @@ def check_masked_sampling(
 def test_constrained_steps_replay_graphs_and_equal_the_eager_path(model_dir: Path) -> None:
     # With "capture" on (a stand-in graph on a CPU) and the masked shapes warmed, every decode and
     # verify step of constrained requests is a replay, and each row gets what the eager path gives.
-    from test_engine_static_steps import _FakeGraph
+    from test_engine_static_steps import capture_with_stand_ins
 
     params = SamplingParams(temperature=1.0)
     _, raw = tables(model_dir, (END, 5, 3), params)
@@ -238,8 +238,7 @@ def test_constrained_steps_replay_graphs_and_equal_the_eager_path(model_dir: Pat
             if static:
                 graphs = eng.graphs
                 assert graphs is not None
-                graphs.capture = True
-                graphs._capture = lambda run: (lambda g: (g, g.out))(_FakeGraph(run))  # type: ignore[method-assign]
+                capture_with_stand_ins(graphs)
                 eng.warm_up([params], masked=True)
                 assert any(key[0] == "masked" for key in graphs._graphs)
             outs.append(eng.generate(requests))

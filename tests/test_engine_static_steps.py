@@ -279,6 +279,12 @@ class _FakeGraph:
         self.out.copy_(self.run())
 
 
+def capture_with_stand_ins(graphs: StepGraphs) -> None:
+    """Turn "capture" on for ``graphs`` on a CPU: each shape is "captured" as a :class:`_FakeGraph`."""
+    graphs.capture = True
+    graphs._capture = lambda run: (lambda g: (g, g.out))(_FakeGraph(run))  # type: ignore[method-assign]
+
+
 def test_replayed_and_eager_prefills_are_counted_apart(model_dir: Path) -> None:
     # With "capture" on (a stand-in graph on a CPU), every short prefill after warm-up is a replay;
     # a shape warm-up did not build runs eagerly and is counted as an unwarmed run each time.
@@ -291,8 +297,7 @@ def test_replayed_and_eager_prefills_are_counted_apart(model_dir: Path) -> None:
     with _engine(model_dir, cuda_graphs=True) as eng:
         graphs = eng.graphs
         assert graphs is not None
-        graphs.capture = True
-        graphs._capture = lambda run: (lambda g: (g, g.out))(_FakeGraph(run))  # type: ignore[method-assign]
+        capture_with_stand_ins(graphs)
         eng.warm_up([SamplingParams()])
         out = eng.generate(reqs)
         stats = eng.stats()

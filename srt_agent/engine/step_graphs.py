@@ -410,9 +410,11 @@ class StepGraphs:
         uniforms = [[0.5] * width] * rows if p.temperature > 0 else None
         prefix = [span - width] * rows  # so the step's span bucket is `span`
         vocab = self.model.config.vocab_size
-        masks = (
-            torch.ones((rows, width, vocab), dtype=torch.bool, device=self.model.device) if masked else None
-        )
+        masks = None
+        if masked:  # all allowed: one vocabulary row broadcast, not a rows x width x V tensor
+            masks = torch.ones((1, 1, vocab), dtype=torch.bool, device=self.model.device).expand(
+                rows, width, vocab
+            )
         self.run([[0] * width] * rows, prefix, [chain] * rows if chain else None, uniforms, [p] * rows, masks)
 
     def _warm_prefill(self, rows: int, width: int, p: SamplingParams) -> None:
