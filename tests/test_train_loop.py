@@ -233,6 +233,33 @@ def test_loss_ignores_every_token_the_policy_did_not_sample(model_dir: Path, tmp
         trainer.close()
 
 
+def test_padding_changes_no_real_tokens_logits_and_left_padding_is_refused(model_dir: Path) -> None:
+    """The policy drops the padding mask (causal attention alone): exact only under right padding."""
+    policy = PolicyModel.load(model_dir, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    lengths = [23, 9, 16]
+    width = max(lengths)
+    ids = torch.randint(1, 30, (len(lengths), width), generator=gen)
+    attention = torch.zeros(len(lengths), width, dtype=torch.long)
+    loss = torch.zeros(len(lengths), width)
+    for row, n in enumerate(lengths):
+        attention[row, :n] = 1
+        loss[row, 3:n] = 1.0
+        ids[row, n:] = 0
+    with torch.no_grad():
+        batched = policy(ids, attention, loss).logits
+        alone = torch.cat(
+            [
+                policy(ids[r : r + 1, :n], attention[r : r + 1, :n], loss[r : r + 1, :n]).logits
+                for r, n in enumerate(lengths)
+            ]
+        )
+    assert batched.shape == alone.shape == (sum(n - 3 for n in lengths), batched.shape[1])
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="right-padded"):
+        policy(ids, attention.flip(1), torch.zeros_like(loss))
+
+
 def test_micro_batches_pack_by_padded_tokens() -> None:
     lengths = [10, 300, 50, 120, 100, 40]
     packed = micro_batches(lengths, range(6), budget=300)
