@@ -10,6 +10,7 @@ string: the prompt's user text says ``Liam``, an earlier call of the policy said
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -320,3 +321,87 @@ def test_copied_samples_follow_the_masked_distribution(model_dir: Path) -> None:
     print(f"copied: p = {p_value:.3f}, {len(counts)} cells, {inside} samples open a call")
     assert p_value > 0.01
     assert inside > SAMPLES // 20  # calls were opened inside the window and their values drawn
+
+
+@pytest.fixture(scope="module")
+def retail_vocab() -> tuple[ToolCallGrammar, Vocabulary, list[Any]]:
+    """Retail's copy grammar, a vocabulary trained on oracle conversations (its tokens cross from
+    keys into copied values, as ``' "#'`` does), and those conversations."""
+    from srt_agent.recipe.tokenizer import train_tokenizer
+
+    env = gym.make("srt/Retail-v0")
+    grammar = ToolCallGrammar.from_schemas(env.unwrapped.tools.schemas(), copy_strings=True)
+    episodes = [
+        run_episode(env, oracle_policy, seed=seed, options={"task_kind": kind})
+        for kind, seed in (("exchange", 0), ("return", 1))
+    ]
+    tokenizer = train_tokenizer([m.content for e in episodes for m in e.transcript], vocab_size=700)
+    return grammar, Vocabulary(tokenizer, len(tokenizer)), episodes
+
+
+def accepted(vocab: Vocabulary, turn: ToolCallGrammar, state: CallState) -> set[int]:
+    """The tokens ``turn`` accepts in ``state``, checked one by one (no trie walk, no cache)."""
+    if state.ended:
+        return {vocab.close_id}
+    in_trie: list[int] = []
+    stack = [vocab.root]
+    while stack:
+        node = stack.pop()
+        in_trie.extend(node.ids)
+        stack.extend(node.children.values())
+    return {i for i in in_trie if turn.feed(state, vocab.texts[i]) is not None}
+
+
+def allowed_ids(mask: torch.Tensor) -> set[int]:
+    return set(torch.nonzero(mask).flatten().tolist())
+
+
+def test_masks_are_exactly_the_tokens_the_turn_grammar_accepts(
+    retail_vocab: tuple[ToolCallGrammar, Vocabulary, list[Any]],
+) -> None:
+    """The mask walk (pruned by the grammar's next characters, cached across turns where no copy
+    candidate decides a token) against a token-by-token check, over every state of the Retail
+    oracle's calls in two episodes; the call's opening is walked once for every turn's grammar."""
+    grammar, vocab, episodes = retail_vocab
+    masks = CallMasks(vocab, torch.device("cpu"))
+    checked, starts = 0, []
+    for episode in episodes:
+        seen: list[str] = []
+        for message in episode.transcript[1:]:
+            if message.role != "assistant":
+                seen.append(message.content)
+                continue
+            text, blocks = split_blocks(message.content)
+            turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
+            for block in blocks:
+                starts.append((turn, masks.mask(turn, turn.start())))
+                state: CallState | None = turn.start()
+                for ch in block:
+                    assert state is not None
+                    assert allowed_ids(masks.mask(turn, state)) == accepted(vocab, turn, state), (
+                        block,
+                        state,
+                    )
+                    checked += 1
+                    state = turn.advance(state, ch)
+            seen.append(text)
+    assert checked > 300
+    assert len({id(t) for t, _ in starts}) > 3  # a new grammar nearly every turn: candidates grow
+    assert all(m is starts[0][1] for _, m in starts)  # one walk of the call's opening served them all
+
+
+def test_a_mask_that_reads_copies_is_never_shared_between_turns(
+    retail_vocab: tuple[ToolCallGrammar, Vocabulary, list[Any]],
+) -> None:
+    """Right after ``"order_id":`` a token such as ``' "#'`` is allowed only where a candidate
+    starts with ``#``: that state's mask must come from its own turn's candidates."""
+    grammar, vocab, _ = retail_vocab
+    masks = CallMasks(vocab, torch.device("cpu"))
+    head = '{"name": "get_order_details", "arguments": {"order_id":'
+    order, user = turn_grammar(grammar, {"#W8732376"}), turn_grammar(grammar, {"liam_johnson_4492"})
+    states = [t.feed(t.start(), head) for t in (order, user)]
+    assert states[0] == states[1] and states[0] is not None  # one state, two turns' candidates
+    want = [accepted(vocab, t, s) for t, s in zip((order, user), states, strict=True)]  # type: ignore[arg-type]
+    assert want[0] != want[1]
+    for turn, state, expected in zip((order, user), states, want, strict=True):
+        assert allowed_ids(masks.mask(turn, state)) == expected  # type: ignore[arg-type]

@@ -100,42 +100,66 @@ class CallMasks:
         self.vocabulary = vocabulary
         self.device = device
         self._cache: dict[tuple[ToolCallGrammar, CallState], torch.Tensor] = {}
+        self._shared: dict[tuple[ToolCallGrammar, CallState], torch.Tensor] = {}  # keyed by origin
         self._capacity = max(64, min(_MAX_CACHED, _MAX_CACHED_BYTES // max(1, vocabulary.size)))
         self._lock = threading.Lock()
 
     def mask(self, grammar: ToolCallGrammar, state: CallState) -> torch.Tensor:
-        """``(V,)`` bool: the tokens that may come next in ``state``."""
+        """``(V,)`` bool: the tokens that may come next in ``state``.
+
+        A turn grammar of copied arguments is new each turn (its candidates grow with the
+        conversation), so most of its states would miss a cache keyed by grammar. A mask whose walk
+        never read the candidates (the name, keys and separators: most states of a call) is the
+        same for every turn derived from one grammar, and is also kept under that origin.
+        """
         key = (grammar, state)
+        shared = None if grammar.origin is None else (grammar.origin, state)
         with self._lock:
             hit = self._cache.get(key)
+            if hit is None and shared is not None:
+                hit = self._shared.get(shared)
         if hit is not None:
             return hit
         allowed = torch.zeros(self.vocabulary.size, dtype=torch.bool)
+        reads_copies = False
         if state.ended:
             allowed[self.vocabulary.close_id] = True
         else:
-            allowed[self._walk(grammar, state)] = True
+            ids, reads_copies = self._walk(grammar, state)
+            allowed[ids] = True
         mask = allowed.to(self.device)
         with self._lock:
-            if len(self._cache) >= self._capacity:
+            if len(self._cache) + len(self._shared) >= self._capacity:
                 self._cache.clear()
-            self._cache[key] = mask
+                self._shared.clear()
+            if shared is not None and not reads_copies:
+                self._shared[shared] = mask
+            else:
+                self._cache[key] = mask
         return mask
 
-    def _walk(self, grammar: ToolCallGrammar, state: CallState) -> list[int]:
-        """Ids of every token whose characters the grammar accepts from ``state``."""
+    def _walk(self, grammar: ToolCallGrammar, state: CallState) -> tuple[list[int], bool]:
+        """Ids of every token whose characters the grammar accepts from ``state``.
+
+        Also whether any of them was decided in a state that reads the turn's copy candidates.
+        """
         found: list[int] = []
+        reads_copies = False
         stack: list[tuple[_Node, CallState]] = [(self.vocabulary.root, state)]
         while stack:
             node, s = stack.pop()
-            for ch, child in node.children.items():
+            reads_copies = reads_copies or grammar.reads_copies(s)
+            chars = grammar.next_chars(s)
+            children = node.children
+            tried = children.items() if chars is None else [(c, children[c]) for c in chars if c in children]
+            for ch, child in tried:
                 nxt = grammar.advance(s, ch)
                 if nxt is None:
                     continue
                 found.extend(child.ids)
                 if child.children:
                     stack.append((child, nxt))
-        return found
+        return found, reads_copies
 
 
 class CallTracker:

@@ -87,7 +87,7 @@ class _Choices(tuple[str, ...]):
 def _derive(grammar: ToolCallGrammar, choices: _Choices) -> ToolCallGrammar:
     def swap(spec: ValueSpec) -> ValueSpec:
         if spec.kind == "string":
-            return ValueSpec("literal", literals=choices)
+            return ValueSpec("literal", literals=choices, copied=True)
         if spec.kind == "array" and spec.items is not None:
             return ValueSpec("array", items=swap(spec.items))
         return spec
@@ -96,4 +96,4 @@ def _derive(grammar: ToolCallGrammar, choices: _Choices) -> ToolCallGrammar:
         (name, ToolSpec(tuple((k, swap(v)) for k, v in tool.params), tool.required, tool.open_keys))
         for name, tool in grammar.tools
     )
-    return ToolCallGrammar(tools)
+    return ToolCallGrammar(tools, origin=grammar)

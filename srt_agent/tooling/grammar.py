@@ -28,6 +28,7 @@ every call of a tool, whatever the values' contents.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -49,11 +50,19 @@ class ValueSpec:
         items: The items' spec of an ``array``.
         literals: The JSON texts a value may be, when it is one of a fixed set (``enum``,
             ``boolean``, ``null``); empty otherwise.
+        copied: ``literals`` are a turn's copy candidates (:mod:`srt_agent.tooling.copying`),
+            not the schema's: they change from turn to turn.
     """
 
     kind: str
     items: ValueSpec | None = None
     literals: tuple[str, ...] = ()
+    copied: bool = False
+
+    @property
+    def copies(self) -> bool:
+        """What this value may be depends on a turn's copy candidates (its own or its items')."""
+        return self.copied or (self.items is not None and self.items.copies)
 
     @classmethod
     def from_schema(cls, schema: Mapping[str, Any]) -> ValueSpec:
@@ -160,6 +169,19 @@ class Value:
             return Value(self.spec, "object_value", child=Value(ANY)) if ch == " " else None
         return None  # done: nothing more belongs to this value
 
+    def next_chars(self) -> frozenset[str] | None:
+        """A superset of the characters :meth:`advance` accepts, or ``None`` (any may).
+
+        Known where it is small and cheap: a literal being written, alone or as an array's item.
+        """
+        if self.phase == "literal":
+            return None if self.complete else _literal_next(self.spec.literals, self.text)
+        if self.phase == "start" and self.spec.kind == "literal":
+            return _literal_next(self.spec.literals, "")
+        if self.phase == "array_item" and self.child is not None and not self.child.complete:
+            return self.child.next_chars()  # an unfinished item takes every character
+        return None
+
     def _item_spec(self) -> ValueSpec:
         return self.spec.items if self.spec.items is not None else ANY
 
@@ -243,6 +265,20 @@ _OPEN = '{"name": "'
 _ARGS = ', "arguments": {'  # after the name's closing quote
 
 
+@functools.lru_cache(maxsize=4096)
+def _literal_next(literals: tuple[str, ...], text: str) -> frozenset[str]:
+    """The characters that follow ``text`` in the sorted ``literals`` that start with it."""
+    chars: set[str] = set()
+    n = len(text)
+    for i in range(bisect.bisect_left(literals, text), len(literals)):
+        literal = literals[i]
+        if not literal.startswith(text):
+            break
+        if len(literal) > n:
+            chars.add(literal[n])
+    return frozenset(chars)
+
+
 def _has_prefix(literals: Sequence[str], text: str) -> bool:
     """Some literal of the sorted ``literals`` starts with ``text`` (by bisection: copy sets are large)."""
     i = bisect.bisect_left(literals, text)
@@ -278,6 +314,9 @@ class ToolCallGrammar:
 
     tools: tuple[tuple[str, ToolSpec], ...]
     copy_strings: bool = False
+    # The grammar a turn grammar was derived from (None for a schema's own). Not compared: two
+    # turns with the same candidates are one grammar wherever they came from.
+    origin: ToolCallGrammar | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_schemas(
@@ -377,6 +416,35 @@ class ToolCallGrammar:
                 return None
             return self.advance(CallState("args_sep", state.tool, state.used), ch)
         return None  # end: the block is whole
+
+    def next_chars(self, state: CallState) -> frozenset[str] | None:
+        """A superset of the characters that may follow ``state``, or ``None`` (any may).
+
+        Known where it is small and cheap: fixed text, a literal or copied value being written.
+        The engine's mask walk tries only these instead of every first character of the
+        vocabulary's tokens: inside a copied value, a few of ~100.
+        """
+        if state.phase == "literal":
+            return frozenset(state.pending[:1])
+        if state.phase.startswith("value_"):
+            current = state.value
+            if current is None:
+                value_spec = self._tool(state.tool).spec(state.phase[len("value_") :])
+                return None if value_spec is None else Value(value_spec).next_chars()
+            return None if current.complete else current.next_chars()
+        return None
+
+    def reads_copies(self, state: CallState) -> bool:
+        """Whether the characters that may follow ``state`` depend on the turn's copy candidates.
+
+        Only inside (or at the start of) a value whose spec holds copied literals. Everywhere else
+        (the name, the keys, the separators, the other values) this grammar accepts exactly what
+        its :attr:`origin` would with any other candidates.
+        """
+        if self.origin is None or not state.phase.startswith("value_"):
+            return False
+        value_spec = self._tool(state.tool).spec(state.phase[len("value_") :])
+        return value_spec is not None and value_spec.copies
 
     def _after_name(self, name: str) -> CallState | None:
         if not any(n == name for n, _ in self.tools):
