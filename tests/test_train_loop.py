@@ -366,3 +366,34 @@ def test_backward_leaves_one_batchs_gradient_and_eps_reaches_adamw(model_dir: Pa
         torch.testing.assert_close(grads(), first)  # not 2x: each call starts from zero
     finally:
         trainer.close()
+
+
+def test_an_in_process_learner_scores_with_the_engines_own_masks(tmp_path: Path) -> None:
+    """Constrained rollouts: the learner reads the masks the engine walked (one cache, no second walk)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from srt_agent.engine.torch_engine import TorchEngine
+    from srt_agent.recipe.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(
+        ['What is 12 + 30? <tool_call>{"name": "calculator"}</tool_call> 42'] * 4, vocab_size=300
+    )
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id, pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    cfg = tiny_config(
+        tmp_path / "model", tmp_path / "run", rollout={"constrain_tool_calls": True}, trainer={"steps": 1}
+    )
+    trainer = Trainer(cfg)
+    try:
+        engine = trainer.rollouts.engine
+        assert isinstance(engine, TorchEngine)
+        assert trainer.learner.call_masks is engine.call_masks()
+        (step,) = [r for r in trainer.run() if r["kind"] == "step"]
+        assert step["logprob_mismatch"] < 1e-4
+    finally:
+        trainer.close()

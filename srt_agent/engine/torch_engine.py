@@ -31,6 +31,7 @@ from srt_agent.contracts.draft import DraftSourceProtocol
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest, SamplingParams, check_room
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.engine.batching import Detokenizer, Scheduler, SequenceState
+from srt_agent.engine.constraint import CallMasks
 from srt_agent.engine.hf_checkpoint import ModelConfig, check_state_dict, read_config, read_state_dict
 from srt_agent.engine.kv_cache import KVCache
 from srt_agent.engine.llama import CausalLM
@@ -368,6 +369,18 @@ class TorchEngine:
         """
         self._check_length(request)
         return await asyncio.wrap_future(self._submit(request))
+
+    def call_masks(self) -> CallMasks:
+        """The engine's tool-call masks (built on first use; their ``mask`` is thread-safe).
+
+        An in-process learner scores constrained tokens under the masks they were drawn with: reading
+        them from here, it finds every mask the rollout already walked in the cache.
+
+        Raises:
+            ConstraintError: The tokenizer has no single ``<tool_call>``/``</tool_call>`` tokens.
+            ValueError: There is no tokenizer.
+        """
+        return self._scheduler.call_masks()
 
     def warm_up(self, params: Sequence[SamplingParams], *, masked: bool = False) -> float:
         """Build (on a GPU: capture) every static step shape the engine will run, before any request.

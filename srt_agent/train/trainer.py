@@ -37,6 +37,7 @@ from srt_agent.contracts.speculation import SpecStats, spec_sum
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
 from srt_agent.engine.constraint import CallMasks, Vocabulary
+from srt_agent.engine.torch_engine import TorchEngine
 from srt_agent.errors import SrtAgentError, describe_fault
 from srt_agent.evaluation.report import slug
 from srt_agent.train.checkpoint import (
@@ -147,6 +148,9 @@ class Trainer:
         self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device, replica_caches)
         if ckpt is not None:  # the engines load the starting checkpoint: give them the trained weights
             self.rollouts.push_weights(self.policy.lm_state_dict())
+        engine = self.rollouts.engine
+        if self.learner.call_masks is not None and isinstance(engine, TorchEngine):
+            self.learner.call_masks = engine.call_masks()  # in process: it holds every mask rollouts walked
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / CONFIG_FILE).write_text(cfg.to_yaml())
         self.metrics = MetricsLogger(self.out_dir, t.log, ckpt.step if ckpt is not None else None)
