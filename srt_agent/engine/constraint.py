@@ -9,8 +9,11 @@ so is everything after the closing tag.
 
 A token is allowed in a state when each of its characters is (special tokens never are, and
 inside a whole call only ``</tool_call>`` is). Masks are computed once per (grammar, state) by a
-walk over a character trie of the vocabulary, pruned where the grammar refuses a character, and
-cached: a call of a tool goes through the same few dozen states whatever its values hold.
+walk over a character trie of the vocabulary, pruned where the grammar refuses a character (and,
+inside a literal or copied value, trying only the characters that can come next), and cached: a
+call of a tool goes through the same few dozen states whatever its values hold. With copied
+arguments each turn has a grammar of its own; a mask that no copy candidate decided is cached under
+the grammar it was derived from, so the next turns find it too.
 """
 
 from __future__ import annotations
