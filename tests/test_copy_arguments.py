@@ -9,6 +9,7 @@ string: the prompt's user text says ``Liam``, an earlier call of the policy said
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +91,29 @@ def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
         for seed in range(3):
             result = run_episode(env, oracle_policy, seed=seed, options={"task_kind": kind})
             assert result.total_reward == 1.0
-            seen: list[str] = []
-            for message in result.transcript[1:]:
-                if message.role != "assistant":
-                    seen.append(message.content)
-                    continue
-                text, blocks = split_blocks(message.content)
-                turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
-                for block in blocks:
-                    state = turn.feed(turn.start(), block)
-                    assert state is not None and state.ended, (kind, seed, block)
-                    calls += 1
-                seen.append(text)
+            for turn, block in turn_calls(grammar, result.transcript):
+                state = turn.feed(turn.start(), block)
+                assert state is not None and state.ended, (kind, seed, block)
+                calls += 1
     assert calls >= 12 * 3
+
+
+def turn_calls(grammar: ToolCallGrammar, transcript: Any) -> Iterator[tuple[ToolCallGrammar, str]]:
+    """Each call block of an episode's assistant turns, with the grammar its turn decodes under.
+
+    The context is what the tracker reads: the conversation outside the policy's calls, without the
+    system prompt (which small models' templates leave out).
+    """
+    seen: list[str] = []
+    for message in transcript[1:]:
+        if message.role != "assistant":
+            seen.append(message.content)
+            continue
+        text, blocks = split_blocks(message.content)
+        turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
+        for block in blocks:
+            yield turn, block
+        seen.append(text)
 
 
 def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:
@@ -366,25 +377,14 @@ def test_masks_are_exactly_the_tokens_the_turn_grammar_accepts(
     masks = CallMasks(vocab, torch.device("cpu"))
     checked, starts = 0, []
     for episode in episodes:
-        seen: list[str] = []
-        for message in episode.transcript[1:]:
-            if message.role != "assistant":
-                seen.append(message.content)
-                continue
-            text, blocks = split_blocks(message.content)
-            turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
-            for block in blocks:
-                starts.append((turn, masks.mask(turn, turn.start())))
-                state: CallState | None = turn.start()
-                for ch in block:
-                    assert state is not None
-                    assert allowed_ids(masks.mask(turn, state)) == accepted(vocab, turn, state), (
-                        block,
-                        state,
-                    )
-                    checked += 1
-                    state = turn.advance(state, ch)
-            seen.append(text)
+        for turn, block in turn_calls(grammar, episode.transcript):
+            starts.append((turn, masks.mask(turn, turn.start())))
+            state: CallState | None = turn.start()
+            for ch in block:
+                assert state is not None
+                assert allowed_ids(masks.mask(turn, state)) == accepted(vocab, turn, state), (block, state)
+                checked += 1
+                state = turn.advance(state, ch)
     assert checked > 300
     assert len({id(t) for t, _ in starts}) > 3  # a new grammar nearly every turn: candidates grow
     assert all(m is starts[0][1] for _, m in starts)  # one walk of the call's opening served them all
