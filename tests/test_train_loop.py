@@ -369,7 +369,7 @@ def test_backward_leaves_one_batchs_gradient_and_eps_reaches_adamw(model_dir: Pa
 
 
 def test_an_in_process_learner_scores_with_the_engines_own_masks(tmp_path: Path) -> None:
-    """Constrained rollouts: the learner reads the masks the engine walked (one cache, no second walk)."""
+    """Constrained rollouts on a CPU engine: the learner reads the masks the engine walked (one cache)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from srt_agent.engine.torch_engine import TorchEngine
@@ -393,6 +393,10 @@ def test_an_in_process_learner_scores_with_the_engines_own_masks(tmp_path: Path)
         engine = trainer.rollouts.engine
         assert isinstance(engine, TorchEngine)
         assert trainer.learner.call_masks is engine.call_masks()
+        engine.device = torch.device("meta")  # an accelerator's masks would stay in its memory all step
+        own = trainer._call_masks()
+        assert own is not None and own is not engine.call_masks() and own.device.type == "cpu"
+        engine.device = torch.device("cpu")
         (step,) = [r for r in trainer.run() if r["kind"] == "step"]
         assert step["logprob_mismatch"] < 1e-4
     finally:

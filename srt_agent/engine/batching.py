@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -92,6 +93,7 @@ class Scheduler:
         self.joined_running = 0  # sequences admitted while others were decoding
         self.runahead_gate = RunAheadGate()  # whether run-ahead rows pay for themselves here
         self._masks: CallMasks | None = None  # built on the first request with a tool grammar
+        self._masks_lock = threading.Lock()
 
     def call_masks(self) -> CallMasks:
         """The tool-call masks over this engine's vocabulary (built once, on first use).
@@ -100,16 +102,17 @@ class Scheduler:
             ConstraintError: The tokenizer has no single ``<tool_call>``/``</tool_call>`` tokens.
             ValueError: There is no tokenizer.
         """
-        if self._masks is None:
-            if self.tokenizer is None:
-                raise ValueError(
-                    "constrained tool calls need a tokenizer: "
-                    "pass tokenizer= to TorchEngine or save one with the model"
+        with self._masks_lock:  # the engine's thread and an in-process learner may both ask first
+            if self._masks is None:
+                if self.tokenizer is None:
+                    raise ValueError(
+                        "constrained tool calls need a tokenizer: "
+                        "pass tokenizer= to TorchEngine or save one with the model"
+                    )
+                self._masks = CallMasks(
+                    Vocabulary(self.tokenizer, self.model.config.vocab_size), self.model.device
                 )
-            self._masks = CallMasks(
-                Vocabulary(self.tokenizer, self.model.config.vocab_size), self.model.device
-            )
-        return self._masks
+            return self._masks
 
     def add(self, seq: SequenceState) -> None:
         """Queue a sequence for admission at the next step.

@@ -148,9 +148,7 @@ class Trainer:
         self.rollouts = Rollouts(cfg, Path(cfg.model.dir), self.fmt, cache, self.device, replica_caches)
         if ckpt is not None:  # the engines load the starting checkpoint: give them the trained weights
             self.rollouts.push_weights(self.policy.lm_state_dict())
-        engine = self.rollouts.engine
-        if self.learner.call_masks is not None and isinstance(engine, TorchEngine):
-            self.learner.call_masks = engine.call_masks()  # in process: it holds every mask rollouts walked
+        self.learner.call_masks = self._call_masks()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / CONFIG_FILE).write_text(cfg.to_yaml())
         self.metrics = MetricsLogger(self.out_dir, t.log, ckpt.step if ckpt is not None else None)
@@ -201,11 +199,7 @@ class Trainer:
             if self.policy.value_head is not None and (model_dir / VALUE_HEAD_FILE).is_file():
                 check_finite(f"model/{VALUE_HEAD_FILE}", self.policy.value_head.state_dict().items())
         optimizer, scheduler = build_optimizer(self.policy, cfg)
-        call_masks = None
-        if cfg.rollout.constrain_tool_calls:  # the learner scores what the engine sampled: the masked policy
-            vocabulary = Vocabulary(self.fmt.tokenizer, int(self.policy.hf.config.vocab_size))
-            call_masks = CallMasks(vocabulary, torch.device("cpu"))
-        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference, call_masks)
+        self.learner = Learner(self.policy, optimizer, scheduler, cfg, self.device, reference)
         self.state = RunState()
         if ckpt is None:
             random.seed(cfg.trainer.seed)
@@ -213,6 +207,22 @@ class Trainer:
             torch.manual_seed(cfg.trainer.seed)
             return TreeCache(cfg.spec.cache)
         return self._restore(ckpt)
+
+    def _call_masks(self) -> CallMasks | None:
+        """The masks the learner scores constrained tokens under (``None``: calls are not constrained).
+
+        With constrained calls the learner must score what the engine sampled: the masked policy.
+        An in-process CPU engine's own masks, whose cache holds every mask the rollout walked;
+        otherwise a CPU cache of the learner's own (an accelerator's masks would stay in its memory
+        for the whole step, one per distinct state of the batch).
+        """
+        if not self.cfg.rollout.constrain_tool_calls:
+            return None
+        engine = self.rollouts.engine
+        if isinstance(engine, TorchEngine) and engine.device.type == "cpu":
+            return engine.call_masks()
+        vocabulary = Vocabulary(self.fmt.tokenizer, int(self.policy.hf.config.vocab_size))
+        return CallMasks(vocabulary, torch.device("cpu"))
 
     def _restore(self, ckpt: Checkpoint) -> TreeCache:
         """Load optimizer, scheduler, RNG and run state; return the checkpoint's tree cache."""
