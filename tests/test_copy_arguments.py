@@ -9,6 +9,7 @@ string: the prompt's user text says ``Liam``, an earlier call of the policy said
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -350,17 +351,23 @@ def retail_vocab() -> tuple[ToolCallGrammar, Vocabulary, list[Any]]:
     return grammar, Vocabulary(tokenizer, len(tokenizer)), episodes
 
 
+@functools.cache
+def trie_ids(vocab: Vocabulary) -> tuple[int, ...]:
+    """Every token id the vocabulary's trie holds (the tokens a call may contain)."""
+    ids: list[int] = []
+    stack = [vocab.root]
+    while stack:
+        node = stack.pop()
+        ids.extend(node.ids)
+        stack.extend(node.children.values())
+    return tuple(ids)
+
+
 def accepted(vocab: Vocabulary, turn: ToolCallGrammar, state: CallState) -> set[int]:
     """The tokens ``turn`` accepts in ``state``, checked one by one (no trie walk, no cache)."""
     if state.ended:
         return {vocab.close_id}
-    in_trie: list[int] = []
-    stack = [vocab.root]
-    while stack:
-        node = stack.pop()
-        in_trie.extend(node.ids)
-        stack.extend(node.children.values())
-    return {i for i in in_trie if turn.feed(state, vocab.texts[i]) is not None}
+    return {i for i in trie_ids(vocab) if turn.feed(state, vocab.texts[i]) is not None}
 
 
 def allowed_ids(mask: torch.Tensor) -> set[int]:

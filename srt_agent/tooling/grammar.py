@@ -429,7 +429,7 @@ class ToolCallGrammar:
         if state.phase.startswith("value_"):
             current = state.value
             if current is None:
-                value_spec = self._tool(state.tool).spec(state.phase[len("value_") :])
+                value_spec = self._value_spec(state)
                 return None if value_spec is None else Value(value_spec).next_chars()
             return None if current.complete else current.next_chars()
         return None
@@ -443,8 +443,12 @@ class ToolCallGrammar:
         """
         if self.origin is None or not state.phase.startswith("value_"):
             return False
-        value_spec = self._tool(state.tool).spec(state.phase[len("value_") :])
+        value_spec = self._value_spec(state)
         return value_spec is not None and value_spec.copies
+
+    def _value_spec(self, state: CallState) -> ValueSpec | None:
+        """The spec of the value a ``value_<key>`` state is writing."""
+        return self._tool(state.tool).spec(state.phase[len("value_") :])
 
     def _after_name(self, name: str) -> CallState | None:
         if not any(n == name for n, _ in self.tools):
