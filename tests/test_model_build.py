@@ -295,23 +295,31 @@ def test_preset_builds_fit_the_quickstart_budget_and_record_metadata(preset: str
     assert all(s["max"] <= meta["context"] for s in meta["seq_len"].values())
     model = AutoModelForCausalLM.from_pretrained(tmp_path / preset)
     assert sum(p.numel() for p in model.parameters()) == meta["params"]
-    if preset in SHIPPED:  # the shipped build is this build, bit for bit (same machine kind, 2 threads)
-        assert _weights(tmp_path / preset).keys() == _weights(SHIPPED_DIR / preset).keys()
-        for name, tensor in _weights(tmp_path / preset).items():
-            assert torch.equal(tensor, _weights(SHIPPED_DIR / preset)[name]), name
-        shipped_tok = (SHIPPED_DIR / preset / "tokenizer.json").read_text()
-        assert (tmp_path / preset / "tokenizer.json").read_text() == shipped_tok
 
 
-def test_the_shipped_quickstart_model_is_intact_and_records_its_recipe() -> None:
-    path = SHIPPED_DIR / "tool-choice"
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(SHIPPED))
+def test_a_shipped_build_is_its_presets_build_bit_for_bit(preset: str, tmp_path: Path) -> None:
+    # Same machine kind, 2 threads (the preset's): retail's build takes ~30 minutes on 2 cores.
+    build_model(
+        tmp_path / preset, seed=SHIPPED[preset].seed, config=preset_config(preset), show_progress=False
+    )
+    assert _weights(tmp_path / preset).keys() == _weights(SHIPPED_DIR / preset).keys()
+    for name, tensor in _weights(tmp_path / preset).items():
+        assert torch.equal(tensor, _weights(SHIPPED_DIR / preset)[name]), name
+    shipped_tok = (SHIPPED_DIR / preset / "tokenizer.json").read_text()
+    assert (tmp_path / preset / "tokenizer.json").read_text() == shipped_tok
+
+
+@pytest.mark.parametrize("preset", sorted(SHIPPED))
+def test_a_shipped_model_is_intact_and_records_its_recipe(preset: str) -> None:
+    path, seed, cfg = SHIPPED_DIR / preset, SHIPPED[preset].seed, preset_config(preset)
     assert is_model_dir(path)
-    assert shipped_build(preset_config("tool-choice"), seed=0) == path  # the checksum holds
+    assert shipped_build(cfg, seed=seed) == path  # the checksum holds
     meta = json.loads((path / BUILD_FILE).read_text())
-    cfg = preset_config("tool-choice")
-    assert meta["seed"] == 0 and meta["steps"] == cfg.sft.steps
+    assert meta["seed"] == seed and meta["steps"] == cfg.sft.steps
     assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
-    assert shipped_build(preset_config("tool-choice"), seed=1) is None  # another seed is built
+    assert shipped_build(cfg, seed=seed + 1) is None  # another seed is built
     assert shipped_build(preset_config("embedded"), seed=0) is None
 
 
@@ -325,7 +333,7 @@ def test_ensure_model_copies_a_shipped_build_and_builds_when_it_is_altered(
     assert _weights(out).keys() == _weights(SHIPPED_DIR / "tool-choice").keys()
     assert json.loads((out / BUILD_FILE).read_text())["out_dir"] == str(out)
     ChatFormat.from_pretrained(out)  # the tokenizer and its chat template load
-    monkeypatch.setitem(build_mod.SHIPPED, "tool-choice", "0" * 64)  # weights that do not match
+    monkeypatch.setitem(build_mod.SHIPPED, "tool-choice", build_mod.ShippedBuild(0, "0" * 64))  # altered
     ensure_model(tmp_path / "n", config=preset_config("tool-choice"), show_progress=False)
     assert built == [tmp_path / "n"]
     ensure_model(tmp_path / "o", config=preset_config("tool-choice"), show_progress=False, use_shipped=False)

@@ -92,18 +92,18 @@ def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.Monk
 
     def fake_build(out_dir: Path, **kwargs: object) -> Path:  # the real build takes minutes: tested elsewhere
         built.append(Path(out_dir))
-        configs.append(kwargs["config"])
+        configs.append((kwargs["config"], kwargs["seed"]))
         return save_tiny_policy(Path(out_dir))
 
     monkeypatch.setattr(build, "ensure_model", fake_build)
     model = tmp_path / "model"
     settings = tiny_settings(model, tmp_path / "run", trainer={"steps": 1})
-    settings["model"].update(build_if_missing=True, build_preset="tool-choice")
+    settings["model"].update(build_if_missing=True, build_preset="tool-choice", build_seed=3)
     config = write_config(tmp_path / "tiny.yaml", settings)
     result = runner.invoke(app, ["train", str(config), "--json", str(tmp_path / "s.json")], env=WIDE)
     assert result.exit_code == 0, result.output
     assert built == [model] and "Building the tool-choice model" in result.output
-    assert configs == [build.preset_config("tool-choice")]
+    assert configs == [(build.preset_config("tool-choice"), 3)]
     assert json.loads((tmp_path / "s.json").read_text())["build_s"] > 0
 
 

@@ -36,8 +36,16 @@ class ModelSection(Section):
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
-        "`reasoning-gym` (the same lesson on reasoning-gym's basic_arithmetic; needs that extra), or "
-        "`gpu` (the tool-choice lesson at ~87M parameters, built on a CUDA GPU).",
+        "`reasoning-gym` (the same lesson on reasoning-gym's basic_arithmetic; needs that extra), "
+        "`retail` (Retail's conversations, after a copying drill), or `gpu`, `retail-gpu` and `gpu-0.5b` "
+        "(GPU-sized builds, on a CUDA GPU).",
+    )
+    build_seed: int = Field(
+        default=0,
+        ge=0,
+        description="The build's seed (a build is deterministic per seed and thread count). A preset's "
+        "build the package ships is copied instead of built when this is its seed: tool-choice 0, "
+        "retail 2.",
     )
 
 

@@ -568,23 +568,33 @@ def _read_report(out: Path) -> BuildReport:
 SHIPPED_DIR = Path(__file__).parent / "shipped"
 """Where the package keeps the builds it ships, one folder per preset."""
 
-SHIPPED: dict[str, str] = {
-    "tool-choice": "33670e64179c3204e9331b6d51742bfe5fb548e8fc8ee26989ddf6bc2a8d8679",
-}
-"""The presets whose seed-0 build ships with the package, with the SHA-256 of its weights.
 
-The RL quickstart trains ``tool-choice``: shipping its 2.4 MB build saves a new user the build's
-minutes. It is exactly what ``srt-agent build-model --preset tool-choice`` writes with 2 threads
-(``srt_build.json`` holds the recipe and versions; a slow test rebuilds it and compares)."""
+@dataclass(frozen=True)
+class ShippedBuild:
+    """A build the package ships: its build seed and the SHA-256 of its weights."""
+
+    seed: int
+    sha256: str
+
+
+SHIPPED: dict[str, ShippedBuild] = {
+    "tool-choice": ShippedBuild(0, "33670e64179c3204e9331b6d51742bfe5fb548e8fc8ee26989ddf6bc2a8d8679"),
+}
+"""The presets one build of which ships with the package, with its seed and checksum.
+
+The RL quickstart trains ``tool-choice`` (seed 0): shipping its 2.4 MB build saves a new user the
+build's minutes. A shipped build is exactly what ``srt-agent build-model --preset NAME --seed SEED``
+writes with 2 threads (``srt_build.json`` holds the recipe and versions; a slow test rebuilds it
+and compares)."""
 
 
 def shipped_build(config: BuildConfig, seed: int) -> Path | None:
     """The shipped build of ``config`` with ``seed``, if there is one and its weights are intact."""
-    for name, digest in SHIPPED.items():
-        if seed != 0 or config != PRESETS[name]:
+    for name, shipped in SHIPPED.items():
+        if seed != shipped.seed or config != PRESETS[name]:
             continue
         path = SHIPPED_DIR / name
-        if is_model_dir(path) and _sha256(path / "model.safetensors") == digest:
+        if is_model_dir(path) and _sha256(path / "model.safetensors") == shipped.sha256:
             return path
         log.warning("the shipped %s build in %s is missing or altered: building it instead", name, path)
     return None
@@ -640,6 +650,6 @@ def ensure_model(
     copy_shipped(shipped, out)
     make_console(quiet=not show_progress).print(
         f"copied the shipped {shipped.name} build to {out} (to rebuild it: srt-agent build-model "
-        f"--preset {shipped.name} --out DIR)"
+        f"--preset {shipped.name} --seed {seed} --out DIR)"
     )
     return out

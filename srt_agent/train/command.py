@@ -29,7 +29,9 @@ __all__ = ["SUMMARY_SCHEMA", "ensure_policy_model", "train_command"]
 
 
 def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
-    """Build ``model.build_preset`` into ``model.dir`` if it holds no model; returns the seconds spent.
+    """Build ``model.build_preset`` (seed ``model.build_seed``) into ``model.dir`` if it holds no model.
+
+    Returns the seconds spent.
 
     Any HF checkpoint directory (a ``config.json``) counts as a model; an empty or missing one is
     built with :func:`srt_agent.recipe.build.ensure_model` when ``model.build_if_missing`` is on.
@@ -52,7 +54,7 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
     console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
     t0 = time.perf_counter()
     try:
-        ensure_model(model_dir, config=preset_config(preset))
+        ensure_model(model_dir, seed=cfg.model.build_seed, config=preset_config(preset))
     except BuildDirError as exc:
         raise TrainError(f"model.dir: {exc}") from None
     except UnknownEnvError as exc:  # the preset's demonstrations need an extra that is missing
