@@ -230,6 +230,7 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
 
     config = load_config(Path(__file__).parents[1] / "configs" / "retail.yaml")
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
+    assert config.model.build_seed == SHIPPED["retail"].seed  # the shipped build: copied, not built
     assert config.rollout.constrain_tool_calls and config.rollout.copy_tool_arguments  # its best decoding
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
@@ -317,7 +318,7 @@ def test_a_shipped_model_is_intact_and_records_its_recipe(preset: str) -> None:
     assert is_model_dir(path)
     assert shipped_build(cfg, seed=seed) == path  # the checksum holds
     meta = json.loads((path / BUILD_FILE).read_text())
-    assert meta["seed"] == seed and meta["steps"] == cfg.sft.steps
+    assert meta["seed"] == seed and meta["steps"] == cfg.drill_steps + cfg.sft.steps
     assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
     assert shipped_build(cfg, seed=seed + 1) is None  # another seed is built
     assert shipped_build(preset_config("embedded"), seed=0) is None
