@@ -31,6 +31,7 @@ from srt_agent.algo.advantages import (
 )
 from srt_agent.algo.batch import TokenBatch, collate, prompt_groups
 from srt_agent.algo.dapo import informative_mask, overlong_penalty, zero_variance_groups
+from srt_agent.algo.format_penalty import format_penalties, garbled_turns
 from srt_agent.algo.groups import GroupStats, group_stats
 from srt_agent.algo.kl import KLEstimator, KLMode, kl_estimate, kl_loss, kl_penalized_rewards
 from srt_agent.algo.logits import entropy_of, logprobs_of, token_entropy, token_logprobs
@@ -63,7 +64,9 @@ __all__ = [
     "discounted_returns",
     "drgrpo_advantages",
     "entropy_of",
+    "format_penalties",
     "gae",
+    "garbled_turns",
     "group_stats",
     "grpo_advantages",
     "informative_mask",

@@ -96,6 +96,13 @@ class AlgoSection(Section):
     entropy_coef: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Entropy bonus weight (0: log only)."
     )
+    format_penalty: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=10.0,
+        description="Subtracted from the reward of each garbled assistant turn (neither a well-formed "
+        "tool call nor plain text); 0: off. Gives all-failed groups a signal to keep turns readable.",
+    )
     dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
     overlong: OverlongSection = Field(default_factory=OverlongSection)
     vf_coef: float = Field(default=0.5, ge=0.0, le=100.0, description="Value-loss weight (gae only).")

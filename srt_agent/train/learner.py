@@ -30,6 +30,7 @@ from srt_agent.algo import (
     TokenBatch,
     collate,
     compute_advantages,
+    format_penalties,
     kl_estimate,
     kl_penalized_rewards,
     logprobs_of,
@@ -154,7 +155,7 @@ class Learner:
 
     # ------------------------------------------------------------------ before the update
     def prepare(self, trajectories: Sequence[Trajectory]) -> PreparedBatch:
-        """Collate, place rewards (KL penalty, overlong penalty) and compute advantages.
+        """Collate, place rewards (KL, overlong and format penalties) and compute advantages.
 
         Args:
             trajectories: Episodes with at least one generated token each.
@@ -172,7 +173,7 @@ class Learner:
             trajectories,
             length=width,
             placement=a.reward_placement,
-            turn_bonuses=self._overlong(trajectories) if a.overlong.enabled else None,
+            turn_bonuses=self._turn_bonuses(trajectories),
         )
         ref = (
             self._no_grad_rows(batch, lengths, self._ref_logprobs, allowed)
@@ -197,6 +198,16 @@ class Learner:
         if a.negative_weight != 1.0:
             advantages = scale_negative(advantages, a.negative_weight)
         return PreparedBatch(batch, lengths, advantages, adv.returns, values, ref, allowed)
+
+    def _turn_bonuses(self, trajectories: Sequence[Trajectory]) -> list[list[float]] | None:
+        """Per-turn reward shaping: DAPO's overlong penalty plus the format penalty (``None``: neither)."""
+        a = self.cfg.algo
+        parts = [self._overlong(trajectories)] if a.overlong.enabled else []
+        if a.format_penalty:
+            parts.append(format_penalties(trajectories, a.format_penalty))
+        if not parts:
+            return None
+        return [[sum(turn) for turn in zip(*per_traj, strict=True)] for per_traj in zip(*parts, strict=True)]
 
     def _overlong(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
         o, limit = self.cfg.algo.overlong, self.cfg.rollout.max_new_tokens

@@ -6,6 +6,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
+from srt_agent.algo.format_penalty import garbled_turns
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.evaluation.report import by_kind, ending, slug
@@ -23,7 +24,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     drafted sequence-step), ``drafts_<source>`` (verified drafts from the exact state's tree,
     the task's suffix match, the global one), ``runahead_accepted`` (accepted draft tokens that
     only run-ahead work had produced). Also ``tool_calls_mean``, ``tool_error_rate`` (failed /
-    all tool calls), ``ended_<how>`` (share of episodes per
+    all tool calls), ``garbled_turn_rate`` (assistant turns neither a well-formed tool call nor
+    plain text, :func:`~srt_agent.tooling.parser.turn_form`), ``ended_<how>`` (share of episodes per
     :func:`~srt_agent.evaluation.report.ending`: ``ended_terminated`` is Retail's customer STOP,
     ``ended_env_truncated`` the env's turn limit), and for an env that labels its tasks (``task_kind``)
     ``success_<kind>`` and ``turns_<kind>`` per kind in the batch.
@@ -54,6 +56,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     calls = sum(t.tool_calls for t in trajectories)
     out["tool_calls_mean"] = calls / n
     out["tool_error_rate"] = sum(t.tool_errors for t in trajectories) / calls if calls else 0.0
+    garbled = [g for t in trajectories for g in garbled_turns(t)]
+    out["garbled_turn_rate"] = sum(garbled) / len(garbled) if garbled else 0.0
     for how, count in Counter(ending(t) for t in trajectories).items():
         out[f"ended_{slug(how)}"] = count / n
     for kind, group in by_kind(trajectories).items():
