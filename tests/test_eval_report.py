@@ -174,12 +174,13 @@ def test_eval_seeds_stay_below_the_demonstration_seeds() -> None:
         eval_episodes("srt/Calculator-v0", 2, 0)
 
 
-def test_training_step_metrics_carry_tool_errors_endings_and_kinds() -> None:
+def test_training_step_metrics_carry_tool_errors_garbled_turns_endings_and_kinds() -> None:
     trajectories = [
         traj(0, 0, success=T, kind="cancel"),
         traj(1, 0, success=F, status="truncated", reason="max_turns: 30 reached", kind="info"),
     ]
     m = rollout_metrics(trajectories, 1.0, SpecStats())
     assert m["tool_calls_mean"] == 2.0 and m["tool_error_rate"] == 0.5
+    assert m["garbled_turn_rate"] == 0.25  # the unsolved episode's last turn
     assert m["ended_terminated"] == m["ended_max_turns"] == 0.5
     assert (m["success_cancel"], m["success_info"], m["turns_info"]) == (1.0, 0.0, 2.0)
