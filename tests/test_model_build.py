@@ -20,7 +20,7 @@ from srt_agent.recipe.build import (
     preset_config,
     shipped_build,
 )
-from srt_agent.recipe.demos import DemoSource
+from srt_agent.recipe.demos import DemoSource, demo_digest
 
 
 @pytest.fixture(autouse=True)
@@ -321,6 +321,10 @@ def test_a_shipped_model_is_intact_and_records_its_recipe(preset: str) -> None:
     assert meta["seed"] == seed and meta["steps"] == cfg.drill_steps + cfg.sft.steps
     assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
     assert shipped_build(cfg, seed=seed + 1) is None  # another seed is built
+    # The envs and demonstrators still play the demonstrations it was built from (a rebuild would
+    # give the same weights): otherwise rebuild it with `srt-agent build-model --preset P --seed S`
+    # and record the new checksum and digest in SHIPPED.
+    assert demo_digest(cfg.demos, seed, read_system=cfg.read_system) == SHIPPED[preset].demos
     assert shipped_build(preset_config("embedded"), seed=0) is None
 
 
@@ -334,7 +338,7 @@ def test_ensure_model_copies_a_shipped_build_and_builds_when_it_is_altered(
     assert _weights(out).keys() == _weights(SHIPPED_DIR / "tool-choice").keys()
     assert json.loads((out / BUILD_FILE).read_text())["out_dir"] == str(out)
     ChatFormat.from_pretrained(out)  # the tokenizer and its chat template load
-    monkeypatch.setitem(build_mod.SHIPPED, "tool-choice", build_mod.ShippedBuild(0, "0" * 64))  # altered
+    monkeypatch.setitem(build_mod.SHIPPED, "tool-choice", build_mod.ShippedBuild(0, "0" * 64, ""))  # altered
     ensure_model(tmp_path / "n", config=preset_config("tool-choice"), show_progress=False)
     assert built == [tmp_path / "n"]
     ensure_model(tmp_path / "o", config=preset_config("tool-choice"), show_progress=False, use_shipped=False)

@@ -571,15 +571,32 @@ SHIPPED_DIR = Path(__file__).parent / "shipped"
 
 @dataclass(frozen=True)
 class ShippedBuild:
-    """A build the package ships: its build seed and the SHA-256 of its weights."""
+    """A build the package ships.
+
+    Attributes:
+        seed: Its build seed.
+        sha256: SHA-256 of its weights (``model.safetensors``).
+        demos: :func:`~srt_agent.recipe.demos.demo_digest` of its preset's sources at ``seed``, as
+            the code it was built with played them: a test recomputes it, so a change to an env or
+            a demonstrator that would make the build differ is caught without rebuilding.
+    """
 
     seed: int
     sha256: str
+    demos: str
 
 
 SHIPPED: dict[str, ShippedBuild] = {
-    "tool-choice": ShippedBuild(0, "33670e64179c3204e9331b6d51742bfe5fb548e8fc8ee26989ddf6bc2a8d8679"),
-    "retail": ShippedBuild(2, "4aab46c3fe2545508052fb9a711cea0089802746783272098dc4a3ec82040faf"),
+    "tool-choice": ShippedBuild(
+        0,
+        "33670e64179c3204e9331b6d51742bfe5fb548e8fc8ee26989ddf6bc2a8d8679",
+        demos="7fa305dfda58bcd6a54b9762a4c10db5884712de308ccc399266277ae190da94",
+    ),
+    "retail": ShippedBuild(
+        2,
+        "4aab46c3fe2545508052fb9a711cea0089802746783272098dc4a3ec82040faf",
+        demos="a6aaa3efb9d225ce4aae598aed195efb1ed03507a46b5224e7216d0867e6a8e8",
+    ),
 }
 """The presets one build of which ships with the package, with its seed and checksum.
 
@@ -587,7 +604,7 @@ The RL quickstart trains ``tool-choice`` (seed 0): shipping its 2.4 MB build sav
 build's minutes. ``configs/retail.yaml`` trains ``retail`` (seed 2, 2.7 MB): its build takes ~25
 minutes on 2 cores. A shipped build is exactly what ``srt-agent build-model --preset NAME --seed SEED``
 writes with 2 threads (``srt_build.json`` holds the recipe and versions; a slow test rebuilds it
-and compares)."""
+and compares, a fast one compares its demonstrations' digest)."""
 
 
 def shipped_build(config: BuildConfig, seed: int) -> Path | None:

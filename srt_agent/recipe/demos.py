@@ -8,6 +8,7 @@ every seed below :data:`DEMO_SEED_BASE` is left for evaluation (``srt-agent eval
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -139,6 +140,33 @@ def source_seeds(sources: Sequence[DemoSource], build_seed: int) -> list[range]:
         used[s.env_id] = start + s.episodes
         out.append(demo_seeds(start + s.episodes, build_seed)[start:])
     return out
+
+
+def demo_digest(
+    sources: Sequence[DemoSource], build_seed: int, *, read_system: bool, per_source: int = 4
+) -> str:
+    """A fingerprint of what a build trains on: SHA-256 of each source's first demonstrations.
+
+    Each source plays the first ``per_source`` seeds of its own slice (:func:`source_seeds`), and
+    the digest covers their rendered chat text (what the tokenizer is trained on) and which turns
+    carry loss. A change to an env, its oracle, a demonstrator or the chat template changes it,
+    within seconds, where rebuilding a model to compare its weights takes minutes.
+    """
+    digest = hashlib.sha256()
+    for source, seeds in zip(sources, source_seeds(sources, build_seed), strict=True):
+        demos = collect_demos(
+            source.env_id,
+            0,
+            seeds=seeds[:per_source],
+            demonstrator=source.demonstrator,
+            options=source.options,
+            turns=source.turns,
+        )
+        digest.update(f"{source.label}:{len(demos)}".encode())
+        for d in demos:
+            digest.update(render_chat(d.messages, d.tools, read_system=read_system).encode())
+            digest.update(bytes(t.trained for t in d.turns))
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
