@@ -39,6 +39,7 @@ def test_train_applies_overrides_and_writes_the_summary(model_dir: Path, tmp_pat
         "success_before",
         "success_after",
         "improvement",
+        "garbled_turn_rate_before",
         "wall_s",
         "build_s",
         "rollout_s",
@@ -138,11 +139,14 @@ def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_pat
 
     cfg = load_config(write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run")))
     evals = [
-        {"kind": "eval", "step": 0, "success_rate": 0.25, "success_cancel": 0.5, "success_return": 0.0},
+        {"kind": "eval", "step": 0, "success_rate": 0.25, "success_cancel": 0.5, "success_return": 0.0,
+         "garbled_turn_rate": 0.125},
         {"kind": "step", "step": 1, "reward_mean": 0.5, "success_rate": 0.5, "success_cancel": 1.0},
-        {"kind": "eval", "step": 1, "success_rate": 0.5, "success_cancel": 1.0, "success_return": 0.0},
-    ]
+        {"kind": "eval", "step": 1, "success_rate": 0.5, "success_cancel": 1.0, "success_return": 0.0,
+         "garbled_turn_rate": 0.0},
+    ]  # fmt: skip
     summary = summarize(evals, cfg, wall_s=1.0)
+    assert (summary["garbled_turn_rate_before"], summary["garbled_turn_rate_after"]) == (0.125, 0.0)
     assert summary["success_before_cancel"] == 0.5 and summary["success_after_cancel"] == 1.0
     assert summary["success_before_return"] == summary["success_after_return"] == 0.0
     assert "success_before_rate" not in summary and not any(isinstance(v, dict) for v in summary.values())
@@ -150,5 +154,6 @@ def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_pat
     console.print(summary_table(summary))
     text = console.export_text()
     assert "cancel: before -> after" in text and "50.0% -> 100.0%" in text
+    assert "garbled turns before -> after" in text and "12.5% -> 0.0%" in text
     plain = summarize([r for r in evals if "success_cancel" not in r or r["kind"] == "step"], cfg, wall_s=1.0)
     assert not any(k.startswith("success_after_") for k in plain)  # an env without task kinds

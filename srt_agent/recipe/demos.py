@@ -59,16 +59,25 @@ def misreading_policy(env: gym.Env[Observation, str]) -> Policy:
     return make_policy(env)
 
 
+def refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:
+    """Retail's refused-proposal demonstrator (:mod:`srt_agent.envs.retail.refused`), imported when used."""
+    from srt_agent.envs.retail.refused import refused_proposal_policy as make_policy
+
+    return make_policy(env)
+
+
 DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
     "oracle": oracle_policy,
     "mental": mental_policy,
     "stumble": stumbling_policy,
     "misread": misreading_policy,
+    "refused": refused_proposal_policy,
 }
 """Who plays the demonstrations, by name: the env's oracle, its tool-free demonstrator, the
 oracle with one call mistyped and retried (:mod:`srt_agent.recipe.stumble`), or (Retail) the
 oracle with the request misread once and corrected by the customer
-(:mod:`srt_agent.envs.retail.misread`)."""
+(:mod:`srt_agent.envs.retail.misread`), or with one to three proposals made wrong and refused
+first (:mod:`srt_agent.envs.retail.refused`)."""
 
 
 class DemoSource(NamedTuple):

@@ -43,7 +43,9 @@ def summarize(
       tasks of ``env.eval_seeds``, the same sampling seeds) before training and after the last step;
       ``improvement``: after - before; ``eval_episodes``; ``eval_temperature`` (0: greedy);
       ``success_before_<kind>`` / ``success_after_<kind>``: the same per task kind, where the env
-      labels its tasks (Retail: ``cancel``, ``return``, ``exchange``, ``info``).
+      labels its tasks (Retail: ``cancel``, ``return``, ``exchange``, ``info``);
+      ``garbled_turn_rate_before`` / ``garbled_turn_rate_after``: the share of those evaluations'
+      assistant turns that were neither a well-formed tool call nor plain text.
     * ``reward_first`` / ``reward_last``: mean episode reward of the first and last step's rollouts;
       ``train_success_first`` / ``train_success_last``: their success rates.
     * ``wall_s``: seconds of this invocation (model build and evaluations included); ``build_s``:
@@ -99,6 +101,8 @@ def summarize(
         "success_before": before,
         "success_after": after,
         "improvement": None if before is None or after is None else after - before,
+        "garbled_turn_rate_before": evals[0].get("garbled_turn_rate") if evals else None,
+        "garbled_turn_rate_after": evals[-1].get("garbled_turn_rate") if len(evals) > 1 else None,
         "eval_episodes": cfg.trainer.eval_episodes,
         "eval_temperature": cfg.eval_temperature,
         "reward_first": first.get("reward_mean"),
@@ -159,6 +163,10 @@ def summary_table(summary: dict[str, Any]) -> Table:
         ("held-out success after", _fmt(s["success_after"], ".1%")),
         ("improvement (absolute)", _fmt(s["improvement"], "+.1%")),
         *_kind_rows(s),
+        (
+            "held-out garbled turns before -> after",
+            f"{_fmt(s.get('garbled_turn_rate_before'), '.1%')} -> {_fmt(s.get('garbled_turn_rate_after'), '.1%')}",
+        ),
         ("mean reward, first -> last step", f"{_fmt(s['reward_first'])} -> {_fmt(s['reward_last'])}"),
         ("SRT speedup (rollout, spec off / on)", _fmt(s["srt_speedup_mean"], ".2f") + "x"),
         ("tokens per forward", _fmt(s["tokens_per_forward_mean"], ".2f")),

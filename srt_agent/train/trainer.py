@@ -320,8 +320,9 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, float]:
         """Held-out evaluation of the current weights, logged as an ``eval`` record at ``step``.
 
-        The record has ``success_rate``, ``mean_reward``, ``episodes``, ``failed``, ``temperature``,
-        ``eval_s`` and, where the env labels its tasks' kinds, ``success_<kind>`` per kind.
+        The record has ``success_rate``, ``mean_reward``, ``episodes``, ``failed``,
+        ``garbled_turn_rate`` (assistant turns neither a well-formed call nor plain text),
+        ``temperature``, ``eval_s`` and, where the env labels its tasks' kinds, ``success_<kind>`` per kind.
         """
         callback = self.progress.phase("eval", self.cfg.trainer.eval_episodes)
         t0 = time.perf_counter()
@@ -331,6 +332,9 @@ class Trainer:
             "mean_reward": report.mean_reward,
             "episodes": float(report.episodes),
             "failed": float(report.failed),
+            "garbled_turn_rate": report.garbled_turns / report.assistant_turns
+            if report.assistant_turns
+            else 0.0,
             "temperature": self.cfg.eval_temperature,
             "eval_s": time.perf_counter() - t0,
         }
