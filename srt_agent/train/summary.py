@@ -165,7 +165,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         *_kind_rows(s),
         (
             "held-out garbled turns before -> after",
-            f"{_fmt(s.get('garbled_turn_rate_before'), '.1%')} -> {_fmt(s.get('garbled_turn_rate_after'), '.1%')}",
+            " -> ".join(_fmt(s.get(f"garbled_turn_rate_{when}"), ".1%") for when in ("before", "after")),
         ),
         ("mean reward, first -> last step", f"{_fmt(s['reward_first'])} -> {_fmt(s['reward_last'])}"),
         ("SRT speedup (rollout, spec off / on)", _fmt(s["srt_speedup_mean"], ".2f") + "x"),
