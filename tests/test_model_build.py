@@ -234,11 +234,11 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     assert config.rollout.constrain_tool_calls and config.rollout.copy_tool_arguments  # its best decoding
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
-    # Half its conversations recover from a misread request (the other half are the oracle's).
+    # Half its conversations recover from a misread request, half from refused proposals.
     conversations = [s for s in preset_config("retail").demos if s.env_id == "srt/Retail-v0" and not s.turns]
     assert sorted((s.demonstrator, s.episodes) for s in conversations) == [
         ("misread", 2500),
-        ("oracle", 2500),
+        ("refused", 2500),
     ]
     gpu = load_config(Path(__file__).parents[1] / "configs" / "retail-gpu.yaml")
     assert gpu.model.build_preset == "retail-gpu" and gpu.env.id == "srt/Retail-v0"

@@ -600,8 +600,8 @@ SHIPPED: dict[str, ShippedBuild] = {
     ),
     "retail": ShippedBuild(
         2,
-        "4aab46c3fe2545508052fb9a711cea0089802746783272098dc4a3ec82040faf",
-        demos="a6aaa3efb9d225ce4aae598aed195efb1ed03507a46b5224e7216d0867e6a8e8",
+        "dac92900b26406df1f949f0cd63f5dc3814fe0da53656594c9137cffe1b3091e",
+        demos="b854dec0cfe86bb65c056a682616b609ee39b94fdd7d75f7c17e1401300559ec",
     ),
 }
 """The presets one build of which ships with the package, with its seed and checksum.
