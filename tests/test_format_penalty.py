@@ -6,52 +6,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_learn_rewards import _traj as spans_trajectory
 
 from srt_agent.algo import compute_advantages, format_penalties, garbled_turns, token_rewards
 from srt_agent.chat.messages import Message, assistant, tool_result, user
-from srt_agent.contracts.trajectory import Trajectory, TurnRecord
+from srt_agent.contracts.trajectory import Trajectory
 
 CALL = '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}</tool_call>'
 GARBLED = 'Order #W1", "arguments": {"order_id"</tool_call>'
 
 
 def _traj(
-    texts: list[str], *, seed: int = 0, trial: int = 0, reward: float = 0.0, prompt: tuple[Message, ...] = ()
+    texts: list[str], *, trial: int = 0, reward: float = 0.0, prompt: tuple[Message, ...] = ()
 ) -> Trajectory:
     """An episode whose turn ``i`` is tokens ``[3 + 4i, 5 + 4i)`` and whose assistant texts are ``texts``."""
-    turns = tuple(
-        TurnRecord(
-            i, 3 + 4 * i, 5 + 4 * i, f"k{i}", "stop", reward if i == len(texts) - 1 else 0.0, 2, None, 0.0
-        )
-        for i in range(len(texts))
-    )
-    length = 3 + 4 * len(texts)
-    mask = [0] * length
-    for t in turns:
-        mask[t.start : t.end] = [1, 1]
-    messages: list[Message] = [*prompt, user("hi")]
+    spans = [(3 + 4 * i, 5 + 4 * i) for i in range(len(texts))]
+    rewards = [0.0] * (len(texts) - 1) + [reward]
+    messages = [*prompt, user("hi")]
     for text in texts:
         messages += [assistant(text), tool_result("{}", call_id="c", name="get_order_details")]
-    return Trajectory(
-        episode_id=f"e{seed}/{trial}",
-        env_id="srt/Retail-v0",
-        task_id=f"task{seed}",
-        seed=seed,
-        trial=trial,
-        token_ids=tuple(range(100, 100 + length)),
-        loss_mask=tuple(mask),
-        logprobs=tuple(-0.5 if m else 0.0 for m in mask),
-        turns=turns,
-        total_reward=reward,
-        success=reward > 0,
-        terminated=True,
-        truncated=False,
-        status="ok",
-        reason="",
-        tool_calls=0,
-        tool_errors=0,
-        messages=tuple(messages),
-    )
+    return spans_trajectory(spans, rewards, 3 + 4 * len(texts), trial=trial, messages=tuple(messages))
 
 
 def test_garbled_turns_are_found_in_turn_order() -> None:

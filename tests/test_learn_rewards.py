@@ -16,6 +16,7 @@ from srt_agent.algo import (
     token_rewards,
     zero_variance_groups,
 )
+from srt_agent.chat.messages import Message
 from srt_agent.contracts.trajectory import Trajectory, TurnRecord
 
 
@@ -24,7 +25,12 @@ def _turn(index: int, start: int, end: int, reward: float) -> TurnRecord:
 
 
 def _traj(
-    spans: list[tuple[int, int]], rewards: list[float], length: int, seed: int = 0, trial: int = 0
+    spans: list[tuple[int, int]],
+    rewards: list[float],
+    length: int,
+    seed: int = 0,
+    trial: int = 0,
+    messages: tuple[Message, ...] = (),
 ) -> Trajectory:
     mask = [0] * length
     for start, end in spans:
@@ -47,7 +53,7 @@ def _traj(
         reason="",
         tool_calls=0,
         tool_errors=0,
-        messages=(),
+        messages=messages,
     )
 
 
