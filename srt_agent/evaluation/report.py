@@ -192,6 +192,11 @@ class EvalReport:
         """Generated tokens per engine forward pass (above 1 when speculation accepts drafts)."""
         return self.tokens_generated / self.forward_passes if self.forward_passes else 0.0
 
+    @property
+    def garbled_turn_rate(self) -> float:
+        """Garbled assistant turns per assistant turn (0.0 when no turn was generated)."""
+        return self.garbled_turns / self.assistant_turns if self.assistant_turns else 0.0
+
     def flat(self) -> dict[str, str | int | float | None]:
         """The report as one flat JSON object (every value a string, number or null).
 
@@ -241,7 +246,7 @@ class EvalReport:
             tool_errors=self.tool_errors,
             mean_tool_calls=self.tool_calls / self.episodes,
             garbled_turns=self.garbled_turns,
-            garbled_turn_rate=self.garbled_turns / self.assistant_turns if self.assistant_turns else 0.0,
+            garbled_turn_rate=self.garbled_turn_rate,
             ok=self.ok,
             truncated=self.truncated,
             failed=self.failed,

@@ -332,9 +332,7 @@ class Trainer:
             "mean_reward": report.mean_reward,
             "episodes": float(report.episodes),
             "failed": float(report.failed),
-            "garbled_turn_rate": report.garbled_turns / report.assistant_turns
-            if report.assistant_turns
-            else 0.0,
+            "garbled_turn_rate": report.garbled_turn_rate,
             "temperature": self.cfg.eval_temperature,
             "eval_s": time.perf_counter() - t0,
         }
