@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -80,26 +80,26 @@ def wrong_proposal(proposal: str, history: Sequence[Message], rng: np.random.Gen
     """
     order = _last_output(history, "get_order_details")
     user = _last_output(history, "get_user_details")
-    swaps: list[Callable[[], str]] = []
+    swaps: list[str] = []
     for reason in CANCEL_REASONS:
         other = next(r for r in CANCEL_REASONS if r != reason)
         if f"'{reason}'" in proposal:
-            swaps.append(lambda r=reason, o=other: proposal.replace(f"'{r}'", f"'{o}'"))
+            swaps.append(proposal.replace(f"'{reason}'", f"'{other}'"))
     if order is not None and "cancel order" not in proposal:
         named = [_mention(i) for i in order["items"] if _mention(i) in proposal]
         others = [_mention(i) for i in order["items"] if _mention(i) not in proposal]
         if named and others:
             old, new = named[int(rng.integers(len(named)))], others[int(rng.integers(len(others)))]
-            swaps.append(lambda: proposal.replace(old, new))
+            swaps.append(proposal.replace(old, new))
         methods = [p["id"] for p in (user or {}).get("payment_methods", [])]
         used = [m for m in methods if m in proposal]
         unused = [m for m in methods if m not in proposal]
         if len(used) == 1 and unused:
             method = unused[int(rng.integers(len(unused)))]
-            swaps.append(lambda: proposal.replace(used[0], method))
+            swaps.append(proposal.replace(used[0], method))
     if not swaps:
         return None
-    return swaps[int(rng.integers(len(swaps)))]()
+    return swaps[int(rng.integers(len(swaps)))]
 
 
 def _mention(item: dict[str, Any]) -> str:

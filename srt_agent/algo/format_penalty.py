@@ -28,9 +28,10 @@ def garbled_turns(trajectory: Trajectory) -> list[bool]:
     carry earlier assistant messages of its own, such as few-shot examples). A turn with no
     message (an episode cut before its action was recorded) counts as not garbled.
     """
-    texts: list[str | None] = [m.content for m in trajectory.messages if m.role == "assistant"]
     n = trajectory.num_turns
-    texts = [None] * max(0, n - len(texts)) + texts
+    texts: list[str | None] = [m.content for m in trajectory.messages if m.role == "assistant"]
+    missing: list[str | None] = [None] * max(0, n - len(texts))
+    texts = missing + texts
     return [t is not None and turn_form(t) == "garbled" for t in texts[len(texts) - n :]]
 
 
