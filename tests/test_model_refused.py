@@ -3,7 +3,8 @@ customer, then the oracle's episode; the wrong proposals untrained."""
 
 import pytest
 
-from srt_agent.envs.retail.refused import MOST_REFUSALS, PROPOSAL_END
+from srt_agent.envs.retail.oracle import PROPOSAL_END
+from srt_agent.envs.retail.refused import MOST_REFUSALS
 from srt_agent.recipe.demos import collect_demos
 
 ENV_ID = "srt/Retail-v0"

@@ -27,7 +27,8 @@ _EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+\w")
 _NAME_RE = re.compile(r"(?:name is|I'm|I am)\s+([A-Z][a-z]+)\s+([A-Z][a-z]+)")
 _ZIP_RE = re.compile(r"zip code(?: is)?\s+(\d{5})")
 _ORDER_RE = re.compile(r"#W\d{7}")
-_PROPOSAL_END = "Do you confirm (yes/no)?"
+PROPOSAL_END = "Do you confirm (yes/no)?"
+"""How every proposal ends: the customer is asked for a yes or a no."""
 _ANYTHING_ELSE = "Is there anything else I can help you with?"
 
 
@@ -66,6 +67,11 @@ class _View:
 
     def first(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
         return next((m for t in self.user_texts if (m := pattern.search(t))), None)
+
+
+def last_outputs(history: Sequence[Message]) -> dict[str, Any]:
+    """Each tool's last successful output in ``history`` (decoded JSON; a bare id as text)."""
+    return _View.of(history).outputs
 
 
 def _call(name: str, **arguments: Any) -> str:
@@ -137,7 +143,7 @@ class RetailOracle:
 
     def _confirmed(self, v: _View) -> bool:
         """The customer just said yes to the proposal made in the previous turn."""
-        return v.last_agent_text.endswith(_PROPOSAL_END) and v.last_user.lower().startswith("yes")
+        return v.last_agent_text.endswith(PROPOSAL_END) and v.last_user.lower().startswith("yes")
 
     def _cancel(self, v: _View, order: dict[str, Any]) -> str:
         oid = order["order_id"]
@@ -159,7 +165,7 @@ class RetailOracle:
         return (
             f"Here is what I'll do: cancel order {oid} with the reason '{reason}'. The total of "
             f"{_money(order['total'])} will be refunded to the original payment method, "
-            f"{order['payment_method_id']}. {_PROPOSAL_END}"
+            f"{order['payment_method_id']}. {PROPOSAL_END}"
         )
 
     def _refund_target(
@@ -228,11 +234,11 @@ class RetailOracle:
         if new is None:
             refund = sum(i["price"] for i in named)
             money_line = f"The refund of {_money(refund)} will go to {target}."
-            return f"Here is what I'll do: return {descs} from order {oid}. {money_line} {_PROPOSAL_END}"
+            return f"Here is what I'll do: return {descs} from order {oid}. {money_line} {PROPOSAL_END}"
         new_desc = f"{describe_item(named[0]['name'], new['options'])} (item {new['item_id']})"
         return (
             f"Here is what I'll do: exchange {descs} from order {oid} for {new_desc}. "
-            f"{self._difference_line(charge, target)} {_PROPOSAL_END}"
+            f"{self._difference_line(charge, target)} {PROPOSAL_END}"
         )
 
     @staticmethod

@@ -18,7 +18,6 @@ proposal from what the customer said, never to make the mistake.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -32,13 +31,10 @@ from srt_agent.env.multi_turn import Observation
 from srt_agent.envs.retail.actions import CANCEL_REASONS
 from srt_agent.envs.retail.db import describe_item
 from srt_agent.envs.retail.env import RetailEnv
-from srt_agent.tooling.toolset import is_error_message
+from srt_agent.envs.retail.oracle import PROPOSAL_END, last_outputs
 
 MOST_REFUSALS = 3
 """A demonstration has 1 to this many refused proposals (drawn per task), where the task has one."""
-
-PROPOSAL_END = "Do you confirm (yes/no)?"
-"""How every oracle proposal ends (:mod:`srt_agent.envs.retail.oracle`)."""
 
 
 class RefusedProposalOracle:
@@ -78,8 +74,8 @@ def wrong_proposal(proposal: str, history: Sequence[Message], rng: np.random.Gen
     One of: an item of the order the proposal does not name in place of one it names, another of
     the customer's payment methods in place of the one it names, or the other cancellation reason.
     """
-    order = _last_output(history, "get_order_details")
-    user = _last_output(history, "get_user_details")
+    outputs = last_outputs(history)
+    order, user = outputs.get("get_order_details"), outputs.get("get_user_details")
     swaps: list[str] = []
     for reason in CANCEL_REASONS:
         other = next(r for r in CANCEL_REASONS if r != reason)
@@ -105,18 +101,6 @@ def wrong_proposal(proposal: str, history: Sequence[Message], rng: np.random.Gen
 def _mention(item: dict[str, Any]) -> str:
     """How a proposal names an order item: its description and its id."""
     return f"{describe_item(item['name'], item['options'])} (item {item['item_id']})"
-
-
-def _last_output(history: Sequence[Message], tool: str) -> dict[str, Any] | None:
-    """The last successful JSON output of ``tool`` in the conversation."""
-    for m in reversed(history):
-        if m.role == "tool" and m.name == tool and not is_error_message(m):
-            try:
-                out = json.loads(m.content)
-            except json.JSONDecodeError:
-                return None
-            return out if isinstance(out, dict) else None
-    return None
 
 
 def refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:

@@ -29,10 +29,8 @@ def garbled_turns(trajectory: Trajectory) -> list[bool]:
     message (an episode cut before its action was recorded) counts as not garbled.
     """
     n = trajectory.num_turns
-    texts: list[str | None] = [m.content for m in trajectory.messages if m.role == "assistant"]
-    missing: list[str | None] = [None] * max(0, n - len(texts))
-    texts = missing + texts
-    return [t is not None and turn_form(t) == "garbled" for t in texts[len(texts) - n :]]
+    texts = [m.content for m in trajectory.messages if m.role == "assistant"][-n:] if n else []
+    return [False] * (n - len(texts)) + [turn_form(t) == "garbled" for t in texts]
 
 
 def format_penalties(trajectories: Sequence[Trajectory], penalty: float) -> list[list[float]]:
