@@ -110,6 +110,16 @@ class EnvSection(Section):
         default_factory=EvalSeeds,
         description=f"Held-out evaluation tasks (below {EVAL_SEED_END:,}, disjoint from train_seeds).",
     )
+    oracle_prefix: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Reverse curriculum: each training task starts after the env's oracle has played a "
+        "share of its solution's turns, drawn per task uniformly from "
+        "[0, oracle_prefix x (1 - (step-1)/steps)] (the n samples of a task share it; the last steps "
+        "start from the opening). Held-out evaluation always starts from the opening. Needs an env "
+        "with an oracle (Retail, Calculator). 0: off.",
+    )
 
 
 class RolloutSection(RolloutConfig):

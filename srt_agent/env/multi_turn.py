@@ -153,6 +153,7 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         self._turn = 0
         self._done = True
         self._task_id = ""
+        self._oracle_turns: int | None = None
 
     # ------------------------------------------------------------------ subclass hooks
     def build_tools(self) -> ToolSet:
@@ -217,20 +218,64 @@ class MultiTurnEnv(gym.Env[Observation, str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
-        """Start a new episode; see the module docstring for the returned values."""
-        super().reset(seed=seed)
-        task_id, opening = self.new_task(dict(options or {}))
-        self._task_id = task_id
-        self._transcript = list(opening)
-        self._turn = 0
-        self._done = False
+        """Start a new episode; see the module docstring for the returned values.
+
+        The reset option ``oracle_prefix`` (a share in [0, 1]) starts the episode part-way through
+        the task: the env's :meth:`oracle` first plays the share ``oracle_prefix`` of its solution's
+        turns (at most all but its last), and the observation is the whole conversation so far,
+        the oracle's turns included; ``info["oracle_turns"]`` says how many. A training curriculum
+        uses it to let a policy learn a task's end before its start (reverse curriculum). The
+        other options go to :meth:`new_task`.
+
+        Raises:
+            ValueError: ``oracle_prefix`` outside [0, 1].
+            NotImplementedError: ``oracle_prefix`` on an env without an oracle.
+        """
+        opts = dict(options or {})
+        prefix = opts.pop("oracle_prefix", None)
+        if prefix is not None and (
+            isinstance(prefix, bool) or not isinstance(prefix, int | float) or not 0 <= prefix <= 1
+        ):
+            raise ValueError(f"reset option oracle_prefix={prefix!r}: expected a share in [0, 1]")
+        if not prefix:
+            opening = self._start(seed, opts)
+        else:
+            if seed is None:  # both plays below must draw the same task
+                super().reset()
+                seed = int(self.np_random.integers(2**31))
+            solution = self._oracle_solution(seed, opts)
+            k = min(int(prefix * len(solution)), len(solution) - 1)
+            opening = self._start(seed, opts)
+            for action in solution[:k]:
+                self.step(action)
+            opening = tuple(self._transcript)
+        self._oracle_turns = None if prefix is None else self._turn
         info = {
-            "task_id": task_id,
+            "task_id": self._task_id,
             "tools": self.tools.schemas(),
             "max_turns": self.config.max_turns,
             **self.task_info(),
         }
-        return tuple(opening), info
+        if self._oracle_turns is not None:
+            info["oracle_turns"] = self._oracle_turns
+        return opening, info
+
+    def _start(self, seed: int | None, options: dict[str, Any]) -> Observation:
+        super().reset(seed=seed)
+        self._oracle_turns = None
+        task_id, opening = self.new_task(options)
+        self._task_id = task_id
+        self._transcript = list(opening)
+        self._turn = 0
+        self._done = False
+        return tuple(opening)
+
+    def _oracle_solution(self, seed: int, options: dict[str, Any]) -> list[str]:
+        """The oracle's turns on the task ``seed`` draws (played to its end, then discarded)."""
+        from srt_agent.env.episode_loop import run_episode
+
+        played = run_episode(self, lambda env: self.oracle(), seed=seed, options=options)
+        return [m.content for m in played.transcript if m.role == "assistant"]
 
     def task_info(self) -> dict[str, Any]:
         """Facts about the current task that ``reset``'s and every step's ``info`` carry.
@@ -273,6 +318,8 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         }
         if truncated:
             info["truncation_reason"] = f"max_turns={self.config.max_turns} reached"
+        if self._oracle_turns is not None:
+            info["oracle_turns"] = self._oracle_turns
         info.update(tr.info)
         return msgs, float(tr.reward), bool(tr.terminated), truncated, info
 

@@ -152,6 +152,26 @@ def check_env_id(env_id: str) -> str:
     return env_id
 
 
+def has_oracle(env_id: str) -> bool:
+    """Whether the registered env is a :class:`MultiTurnEnv` with an oracle of its own.
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered.
+    """
+    env_cls = _env_class(check_env_id(env_id))
+    return (
+        isinstance(env_cls, type)
+        and issubclass(env_cls, MultiTurnEnv)
+        and env_cls.oracle is not MultiTurnEnv.oracle
+    )
+
+
+def _env_class(env_id: str) -> Any:
+    """The registered entry point of ``env_id``: a class, or a factory function."""
+    entry = gym.spec(env_id).entry_point
+    return load_env_creator(entry) if isinstance(entry, str) else entry
+
+
 def validate_env_options(env_id: str, options: Mapping[str, Any] | None = None) -> str:
     """:func:`check_env_id`, and ``options`` checked against the env's config model, building nothing.
 
@@ -168,8 +188,7 @@ def validate_env_options(env_id: str, options: Mapping[str, Any] | None = None) 
     """
     env_id = check_env_id(env_id)
     registered = gym.spec(env_id)
-    entry = registered.entry_point
-    env_cls: Any = load_env_creator(entry) if isinstance(entry, str) else entry  # a class or a factory
+    env_cls = _env_class(env_id)
     if isinstance(env_cls, type) and issubclass(env_cls, MultiTurnEnv):
         # Constructor parameters of its own (``render_mode``, a callback, ...) are not options.
         own = set(inspect.signature(env_cls).parameters) | _MAKE_ARGUMENTS

@@ -28,7 +28,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     plain text, :func:`~srt_agent.tooling.parser.turn_form`), ``ended_<how>`` (share of episodes per
     :func:`~srt_agent.evaluation.report.ending`: ``ended_terminated`` is Retail's customer STOP,
     ``ended_env_truncated`` the env's turn limit), and for an env that labels its tasks (``task_kind``)
-    ``success_<kind>`` and ``turns_<kind>`` per kind in the batch.
+    ``success_<kind>`` and ``turns_<kind>`` per kind in the batch. With the reverse curriculum on
+    (``env.oracle_prefix``), ``oracle_turns_mean``: turns the env's oracle played before the policy.
     """
     rewards = [t.total_reward for t in trajectories]
     gen = sum(t.generated_tokens for t in trajectories)
@@ -60,6 +61,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     out["garbled_turn_rate"] = sum(garbled) / len(garbled) if garbled else 0.0
     for how, count in Counter(ending(t) for t in trajectories).items():
         out[f"ended_{slug(how)}"] = count / n
+    prefixes = [t.final_info["oracle_turns"] for t in trajectories if "oracle_turns" in t.final_info]
+    if prefixes:
+        out["oracle_turns_mean"] = statistics.fmean(prefixes)
     for kind, group in by_kind(trajectories).items():
         out[f"success_{slug(kind)}"] = sum(t.success for t in group) / len(group)
         out[f"turns_{slug(kind)}"] = sum(t.num_turns for t in group) / len(group)
