@@ -401,3 +401,23 @@ def test_an_in_process_learner_scores_with_the_engines_own_masks(tmp_path: Path)
         assert step["logprob_mismatch"] < 1e-4
     finally:
         trainer.close()
+
+
+def test_the_reverse_curriculum_starts_episodes_after_the_oracles_turns(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {"env": {"oracle_prefix": 1.0}, "rollout": {"prompts_per_step": 6, "n": 2}}
+    cfg = tiny_config(model_dir, tmp_path / "run", trainer={"steps": 1}, **settings)
+    trainer = Trainer(cfg)
+    try:
+        trajectories = _first_step_episodes(trainer, cfg)
+    finally:
+        trainer.close()
+    played = [t.final_info["oracle_turns"] for t in trajectories]
+    assert len(played) == 12 and len(set(played)) > 1 and min(played) == 0  # a share of 0..1 per task
+    for t, k in zip(trajectories, played, strict=True):
+        assert sum(m.role == "assistant" for m in t.messages) == k + t.num_turns  # its turns are prompt,
+        first = t.turns[0].start if t.turns else len(t.token_ids)
+        assert not any(t.loss_mask[:first])  # and carry no loss: only the policy's tokens do
+    step = _one_step(tiny_config(model_dir, tmp_path / "run2", trainer={"steps": 1}, **settings))
+    assert step["oracle_turns_mean"] == pytest.approx(sum(played) / len(played))  # same tasks, same shares

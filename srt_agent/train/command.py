@@ -96,8 +96,11 @@ def train_command(
         validate_env_options(cfg.env.id, cfg.env.options)
         if cfg.env.oracle_prefix and not has_oracle(cfg.env.id):
             raise ConfigError(
-                f"env.oracle_prefix={cfg.env.oracle_prefix}: {cfg.env.id} has no oracle to play the start "
-                "of its tasks; set env.oracle_prefix=0"
+                [
+                    f"env.oracle_prefix={cfg.env.oracle_prefix}: {cfg.env.id} has no oracle to play the "
+                    "start of its tasks; set env.oracle_prefix=0"
+                ],
+                str(config),
             )
         check_output_dir(cfg.trainer.out_dir, "trainer.out_dir")
         check_outputs((json_path, "--json"))
