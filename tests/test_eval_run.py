@@ -14,7 +14,7 @@ from test_rollout_support import episode_of, oracle_responder, oracles, tiny_for
 from srt_agent.contracts.generation import GenerationOutput, GenerationRequest
 from srt_agent.env.registration import UnknownEnvError, register_env
 from srt_agent.env.testing import GenericTestEnv
-from srt_agent.evaluation import ModelLoadError, eval_command, run_eval
+from srt_agent.evaluation import EvalReport, ModelLoadError, eval_command, run_eval
 from srt_agent.rollout import read_trace
 
 register_env("test-eval/Generic-v0", GenericTestEnv, answer="42", max_turns=2)
@@ -33,6 +33,28 @@ def test_oracle_driven_engine_solves_every_built_in_env(env_id: str) -> None:
     if env_id != "srt/GuessNumber-v0":
         assert r.tool_calls > 0
     assert not engine.closed  # an engine passed in stays open for the caller
+
+
+def test_an_eval_can_start_each_task_part_way_through_its_oracles_solution() -> None:
+    fmt = tiny_format()
+
+    def run(prefix: float | None) -> EvalReport:
+        engine = ScriptedEngine(
+            fmt, oracle_responder(fmt, oracles("srt/Retail-v0", range(4))), max_context=1 << 16
+        )
+        return run_eval(
+            "srt/Retail-v0", engine, fmt=fmt, episodes=4, max_new_tokens=4096, oracle_prefix=prefix
+        )
+
+    whole, late = run(None), run(0.7)
+    assert whole.success_rate == late.success_rate == 1.0  # the oracle finishes what it started
+    assert whole.oracle_prefix is None and late.oracle_prefix == 0.7 and late.flat()["oracle_prefix"] == 0.7
+    played = [t.final_info["oracle_turns"] for t in late.trajectories]
+    assert all(p >= 1 for p in played)
+    assert late.mean_turns == pytest.approx(whole.mean_turns - sum(played) / 4)  # the policy's turns only
+    assert late.assistant_turns == sum(t.num_turns for t in late.trajectories)  # garbled-turn base too
+    with pytest.raises(ValueError, match="has no oracle"):
+        run_eval("test-eval/Generic-v0", ScriptedEngine(fmt, custom_responder), fmt=fmt, oracle_prefix=0.5)
 
 
 def custom_responder(req: GenerationRequest) -> Response:

@@ -21,6 +21,7 @@ from srt_agent.cli.app import (
 )
 from srt_agent.env.registration import (
     UnknownEnvError,
+    has_oracle,
     validate_env_options,
 )
 from srt_agent.output.paths import default_model_dir
@@ -143,6 +144,15 @@ def eval_cmd(
             "conversation so far (ids, names, e-mails copied, never invented).",
         ),
     ] = False,
+    oracle_prefix: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Start each episode after the env's oracle has played this share of its solution (0-1): "
+            "success from part-way through a task shows where a model breaks down.",
+        ),
+    ] = None,
 ) -> None:
     """Score a model on an env: success rate, pass^k, turns, tokens, tool calls, tokens/s."""
     from srt_agent.evaluation import eval_command
@@ -152,6 +162,8 @@ def eval_cmd(
         env_options = parse_env_options(option)
         # Before the model is looked for: a typo should be the first thing said.
         validate_env_options(env, env_options)
+        if oracle_prefix is not None and not has_oracle(env):
+            raise ValueError(f"--oracle-prefix: {env} has no oracle to play the start of its tasks")
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
         if isolation not in (None, "thread", "process"):
             raise ValueError(f"--isolation {isolation!r}: use thread or process")
@@ -186,6 +198,7 @@ def eval_cmd(
         max_failed=max_failed,
         constrain_tool_calls=constrain_tool_calls,
         copy_tool_arguments=copy_tool_arguments,
+        oracle_prefix=oracle_prefix,
     )
     if code:
         raise typer.Exit(code)

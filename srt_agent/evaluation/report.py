@@ -17,9 +17,9 @@ from math import comb
 
 from rich.table import Table
 
+from srt_agent.algo.format_penalty import garbled_turns
 from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.rollout.metrics import SOURCES, RolloutMetrics
-from srt_agent.tooling.parser import turn_form
 
 EVAL_SCHEMA = "srt-eval/1"
 
@@ -145,6 +145,8 @@ class EvalReport:
         spec: Whether the engine speculated from a tree cache (``None``: not known, an engine instance).
         constrained: Whether tool-call blocks were decoded under the tools' grammar.
         copied: Whether, under the grammar, string arguments were copied from the conversation.
+        oracle_prefix: The share of each task's solution the env's oracle played before the policy
+            (``None``: the policy played from the opening).
         metrics: The rollout's speculation and time-split figures (``None``: not measured).
         trajectories: The episodes themselves (not part of :meth:`flat`).
     """
@@ -177,6 +179,7 @@ class EvalReport:
     spec: bool | None = None
     constrained: bool = False
     copied: bool = False
+    oracle_prefix: float | None = None
     garbled_turns: int = 0
     assistant_turns: int = 0
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
@@ -201,7 +204,8 @@ class EvalReport:
         """The report as one flat JSON object (every value a string, number or null).
 
         Keys: ``schema`` (``"srt-eval/1"``), ``env_id``, ``model``, ``tasks``, ``k``, ``episodes``,
-        ``temperature``, ``constrained_tool_calls``, ``copied_tool_arguments``, ``seed``,
+        ``temperature``, ``constrained_tool_calls``, ``copied_tool_arguments``, ``oracle_prefix``
+        (null unless the oracle played the start of each task), ``seed``,
         ``first_env_seed``, ``success_rate``,
         ``pass_hat_k`` (pass^k at the run's k, a fixed key to compare runs),
         ``pass_hat_1`` .. ``pass_hat_<k>``,
@@ -229,6 +233,7 @@ class EvalReport:
             "temperature": self.temperature,
             "constrained_tool_calls": self.constrained,
             "copied_tool_arguments": self.copied,
+            "oracle_prefix": self.oracle_prefix,
             "seed": self.seed,
             "first_env_seed": self.first_env_seed,
             "success_rate": self.success_rate,
@@ -293,6 +298,11 @@ class EvalReport:
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
             *((("  decoded under the tools' grammar", "yes"),) if self.constrained else ()),
             *((("  string arguments copied from the conversation", "yes"),) if self.copied else ()),
+            *(
+                (("started after the oracle's share", f"{self.oracle_prefix:.0%}"),)
+                if self.oracle_prefix is not None
+                else ()
+            ),
             ("garbled turns", f"{self.garbled_turns} of {self.assistant_turns}"),
             ("ok / truncated / failed", f"{self.ok} / {self.truncated} / {self.failed}"),
             *(
@@ -353,6 +363,7 @@ def summarize(
     metrics: RolloutMetrics | None = None,
     constrained: bool = False,
     copied: bool = False,
+    oracle_prefix: float | None = None,
 ) -> EvalReport:
     """Build the report of one run: ``k`` trials for each task, a task being one env seed.
 
@@ -371,7 +382,7 @@ def summarize(
     n = len(trajectories)
     status = Counter(t.status for t in trajectories)
     seeds = [s for s in by_task if s is not None]
-    forms = Counter(turn_form(m.content) for t in trajectories for m in t.messages if m.role == "assistant")
+    garbled = [g for t in trajectories for g in garbled_turns(t)]  # the policy's turns only
     return EvalReport(
         env_id=envs[0],
         model=model,
@@ -401,8 +412,9 @@ def summarize(
         spec=spec,
         constrained=constrained,
         copied=copied,
-        garbled_turns=forms["garbled"],
-        assistant_turns=sum(forms.values()),
+        oracle_prefix=oracle_prefix,
+        garbled_turns=sum(garbled),
+        assistant_turns=len(garbled),
         metrics=metrics,
         trajectories=tuple(trajectories),
     )

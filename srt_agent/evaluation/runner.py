@@ -24,7 +24,7 @@ from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, validate_env_options
+from srt_agent.env.registration import UnknownEnvError, has_oracle, validate_env_options
 from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, reason_category, summarize
 from srt_agent.output.console import make_console
@@ -51,9 +51,18 @@ class ModelLoadError(SrtAgentError, RuntimeError):
 
 
 def eval_episodes(
-    env_id: str, tasks: int, k: int, *, first_seed: int = 0, env_options: dict[str, Any] | None = None
+    env_id: str,
+    tasks: int,
+    k: int,
+    *,
+    first_seed: int = 0,
+    env_options: dict[str, Any] | None = None,
+    oracle_prefix: float | None = None,
 ) -> list[EpisodeRequest]:
     """The episodes of an evaluation: ``k`` trials of each of ``tasks`` consecutive env seeds.
+
+    With ``oracle_prefix``, every episode starts after the env's oracle has played that share of
+    its solution (the ``reset`` option of :class:`~srt_agent.env.multi_turn.MultiTurnEnv`).
 
     Raises:
         ValueError: ``tasks`` or ``k`` below 1, or seeds outside ``[0, EVAL_SEED_END)``.
@@ -66,7 +75,13 @@ def eval_episodes(
             "seeds from 10,000,000 up are the model builder's training demonstrations"
         )
     return [
-        EpisodeRequest(env_id, seed=s, trial=j, env_options=dict(env_options or {}))
+        EpisodeRequest(
+            env_id,
+            seed=s,
+            trial=j,
+            env_options=dict(env_options or {}),
+            reset_options=None if oracle_prefix is None else {"oracle_prefix": oracle_prefix},
+        )
         for s in range(first_seed, first_seed + tasks)
         for j in range(k)
     ]
@@ -96,6 +111,7 @@ def run_eval(
     isolation: Literal["thread", "process"] | None = None,
     constrain_tool_calls: bool = False,
     copy_tool_arguments: bool = False,
+    oracle_prefix: float | None = None,
 ) -> EvalReport:
     """Evaluate a model (directory or engine) on an env: ``episodes`` tasks, ``k`` trials each.
 
@@ -131,6 +147,8 @@ def run_eval(
             tools (``rollout.constrain_tool_calls``; the in-process engine only).
         copy_tool_arguments: With ``constrain_tool_calls``, string arguments are copied from the
             conversation (``rollout.copy_tool_arguments``).
+        oracle_prefix: Start each episode after the env's oracle has played this share of its
+            solution: success from part-way through a task says where a policy breaks down.
 
     Returns:
         The report; ``report.trajectories`` holds the episodes.
@@ -146,8 +164,14 @@ def run_eval(
             "--constrain-tool-calls needs the in-process engine (--engine torch): a server engine does "
             "not apply the grammar"
         )
-    specs = eval_episodes(env_id, episodes, k, first_seed=first_seed, env_options=env_options)
+    specs = eval_episodes(
+        env_id, episodes, k, first_seed=first_seed, env_options=env_options, oracle_prefix=oracle_prefix
+    )
     validate_env_options(env_id, env_options)  # a typo fails in milliseconds, before the model loads
+    if oracle_prefix is not None and not has_oracle(env_id):
+        raise ValueError(
+            f"oracle_prefix={oracle_prefix}: {env_id} has no oracle to play the start of its tasks"
+        )
     config = RolloutConfig(
         max_concurrent=max_concurrent,
         max_turns=max_turns,
@@ -194,6 +218,7 @@ def run_eval(
         metrics=batch.metrics,
         constrained=constrain_tool_calls,
         copied=copy_tool_arguments,
+        oracle_prefix=oracle_prefix,
     )
 
 
@@ -250,6 +275,7 @@ class EvalOptions(TypedDict, total=False):
     isolation: Literal["thread", "process"] | None
     constrain_tool_calls: bool
     copy_tool_arguments: bool
+    oracle_prefix: float | None
 
 
 def failure_examples(trajectories: Sequence[Trajectory]) -> dict[str, tuple[int, str]]:
