@@ -105,8 +105,8 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     assert flat["pass_hat_1"] == flat["success_rate"] == 0.5
     expected = {
         "env_id", "model", "tasks", "k", "episodes", "temperature", "constrained_tool_calls", "seed",
-        "copied_tool_arguments", "oracle_prefix", "first_env_seed", "success_rate", "pass_hat_k", "pass_hat_1",
-        "pass_hat_2", "mean_reward", "mean_turns",
+        "copied_tool_arguments", "oracle_prefix", "first_env_seed", "success_rate", "pass_hat_k",
+        "pass_hat_1", "pass_hat_2", "mean_reward", "mean_turns",
         "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
         "tool_calls", "tool_errors", "mean_tool_calls", "garbled_turns", "garbled_turn_rate", "ok",
         "truncated", "failed", "wall_s",

@@ -102,7 +102,7 @@ def summarize(
         "success_after": after,
         "improvement": None if before is None or after is None else after - before,
         "garbled_turn_rate_before": evals[0].get("garbled_turn_rate") if evals else None,
-        "garbled_turn_rate_after": evals[-1].get("garbled_turn_rate") if len(evals) > 1 else None,
+        "garbled_turn_rate_after": evals[-1].get("garbled_turn_rate") if evals else None,  # as success_after
         "eval_episodes": cfg.trainer.eval_episodes,
         "eval_temperature": cfg.eval_temperature,
         "reward_first": first.get("reward_mean"),
