@@ -106,6 +106,13 @@ def test_a_missing_model_is_built_first(tmp_path: Path, monkeypatch: pytest.Monk
     assert built == [model] and "Building the tool-choice model" in result.output
     assert configs == [(build.preset_config("tool-choice"), 3)]
     assert json.loads((tmp_path / "s.json").read_text())["build_s"] > 0
+    settings["model"].update(dir=str(tmp_path / "model0"), build_seed=0)  # the seed the package ships
+    config = write_config(
+        tmp_path / "tiny0.yaml",
+        settings | {"trainer": {**settings["trainer"], "out_dir": str(tmp_path / "run0")}},
+    )
+    result = runner.invoke(app, ["train", str(config)], env=WIDE)
+    assert result.exit_code == 0 and "Building" not in result.output  # copying it says so itself
 
 
 def test_a_missing_model_with_building_off_says_how_to_build_it(tmp_path: Path) -> None:

@@ -49,9 +49,10 @@ def ensure_policy_model(cfg: RunConfig, console: Console) -> float:
             f"{model_dir} --preset {preset}` or set model.build_if_missing=true"
         )
     from srt_agent.env.registration import UnknownEnvError
-    from srt_agent.recipe.build import BuildDirError, ensure_model, preset_config
+    from srt_agent.recipe.build import BuildDirError, ensure_model, preset_config, shipped_build
 
-    console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
+    if shipped_build(preset_config(preset), cfg.model.build_seed) is None:  # else it says it copied one
+        console.print(f"[bold]Building the {preset} model into {model_dir}[/bold] (model.dir holds none yet)")
     t0 = time.perf_counter()
     try:
         ensure_model(model_dir, seed=cfg.model.build_seed, config=preset_config(preset))
