@@ -21,7 +21,7 @@ from srt_agent.cli.app import (
 )
 from srt_agent.env.registration import (
     UnknownEnvError,
-    has_oracle,
+    require_oracle,
     validate_env_options,
 )
 from srt_agent.output.paths import default_model_dir
@@ -162,8 +162,8 @@ def eval_cmd(
         env_options = parse_env_options(option)
         # Before the model is looked for: a typo should be the first thing said.
         validate_env_options(env, env_options)
-        if oracle_prefix is not None and not has_oracle(env):
-            raise ValueError(f"--oracle-prefix: {env} has no oracle to play the start of its tasks")
+        if oracle_prefix is not None:
+            require_oracle(env, "--oracle-prefix")
         engine_config = EngineConfig(kind=engine, url=url)  # type: ignore[arg-type]
         if isolation not in (None, "thread", "process"):
             raise ValueError(f"--isolation {isolation!r}: use thread or process")

@@ -241,7 +241,6 @@ class MultiTurnEnv(gym.Env[Observation, str]):
             opening = self._start(seed, opts)
         else:
             if seed is None:  # both plays below must draw the same task
-                super().reset()
                 seed = int(self.np_random.integers(2**31))
             solution = self._oracle_solution(seed, opts)
             k = min(int(prefix * len(solution)), len(solution) - 1)
@@ -262,7 +261,6 @@ class MultiTurnEnv(gym.Env[Observation, str]):
 
     def _start(self, seed: int | None, options: dict[str, Any]) -> Observation:
         super().reset(seed=seed)
-        self._oracle_turns = None
         task_id, opening = self.new_task(options)
         self._task_id = task_id
         self._transcript = list(opening)

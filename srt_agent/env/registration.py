@@ -166,6 +166,17 @@ def has_oracle(env_id: str) -> bool:
     )
 
 
+def require_oracle(env_id: str, option: str) -> None:
+    """Refuse ``option`` (a setting that needs the env's oracle) on an env that has none.
+
+    Raises:
+        ValueError: The env has no oracle; the message names ``option`` and the env.
+        UnknownEnvError: ``env_id`` is not registered.
+    """
+    if not has_oracle(env_id):
+        raise ValueError(f"{option}: {env_id} has no oracle to play the start of its tasks")
+
+
 def _env_class(env_id: str) -> Any:
     """The registered entry point of ``env_id``: a class, or a factory function."""
     entry = gym.spec(env_id).entry_point

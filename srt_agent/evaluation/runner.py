@@ -24,7 +24,7 @@ from srt_agent.contracts.trajectory import Trajectory
 from srt_agent.devices import resolve_device
 from srt_agent.distributed.ray_config import RayConfig
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, has_oracle, validate_env_options
+from srt_agent.env.registration import UnknownEnvError, require_oracle, validate_env_options
 from srt_agent.errors import SrtAgentError
 from srt_agent.evaluation.report import EvalReport, reason_category, summarize
 from srt_agent.output.console import make_console
@@ -168,10 +168,8 @@ def run_eval(
         env_id, episodes, k, first_seed=first_seed, env_options=env_options, oracle_prefix=oracle_prefix
     )
     validate_env_options(env_id, env_options)  # a typo fails in milliseconds, before the model loads
-    if oracle_prefix is not None and not has_oracle(env_id):
-        raise ValueError(
-            f"oracle_prefix={oracle_prefix}: {env_id} has no oracle to play the start of its tasks"
-        )
+    if oracle_prefix is not None:
+        require_oracle(env_id, f"oracle_prefix={oracle_prefix}")
     config = RolloutConfig(
         max_concurrent=max_concurrent,
         max_turns=max_turns,

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from srt_agent.config import ConfigError, RunConfig, load_config
 from srt_agent.env.multi_turn import EnvConfigError
-from srt_agent.env.registration import UnknownEnvError, has_oracle, validate_env_options
+from srt_agent.env.registration import UnknownEnvError, require_oracle, validate_env_options
 from srt_agent.output.console import make_console
 from srt_agent.output.paths import OutputPathError, check_output_dir
 from srt_agent.output.records import write_record
@@ -95,14 +95,11 @@ def train_command(
         cfg = load_config(config, overrides)
         # Checked before anything runs: a typo here should not cost a model build or a run.
         validate_env_options(cfg.env.id, cfg.env.options)
-        if cfg.env.oracle_prefix and not has_oracle(cfg.env.id):
-            raise ConfigError(
-                [
-                    f"env.oracle_prefix={cfg.env.oracle_prefix}: {cfg.env.id} has no oracle to play the "
-                    "start of its tasks; set env.oracle_prefix=0"
-                ],
-                str(config),
-            )
+        if cfg.env.oracle_prefix:
+            try:
+                require_oracle(cfg.env.id, f"env.oracle_prefix={cfg.env.oracle_prefix}")
+            except ValueError as exc:
+                raise ConfigError([f"{exc}; set env.oracle_prefix=0"], str(config)) from None
         check_output_dir(cfg.trainer.out_dir, "trainer.out_dir")
         check_outputs((json_path, "--json"))
     except (ConfigError, UnknownEnvError, EnvConfigError, OutputPathError) as exc:
