@@ -2,7 +2,8 @@
 
 The policy cannot learn in two steps; these tests check that the loop runs, every metric is
 finite, the weights move, the engine samples from the new weights after each step, and that only
-the tokens the policy sampled carry loss.
+the tokens the policy sampled carry loss, and that speculative rollouts (drafts accepted, with a
+peaked policy) train exactly as plain decoding does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from train_fixtures import save_tiny_policy, tiny_config
+from train_fixtures import save_peaked_policy, save_tiny_policy, tiny_config
 
 from srt_agent.algo import Aggregation
 from srt_agent.config import RunConfig
@@ -421,3 +422,37 @@ def test_the_reverse_curriculum_starts_episodes_after_the_oracles_turns(
         assert not any(t.loss_mask[:first])  # and carry no loss: only the policy's tokens do
     step = _one_step(tiny_config(model_dir, tmp_path / "run2", trainer={"steps": 1}, **settings))
     assert step["oracle_turns_mean"] == pytest.approx(sum(played) / len(played))  # same tasks, same shares
+
+
+def test_speculation_changes_nothing_in_a_training_run_but_its_forward_passes(tmp_path: Path) -> None:
+    # A peaked policy, so that samples of one prompt share stretches a sibling's draft predicts:
+    # drafts are accepted here, where the random tiny policy's never are.
+    peaked = save_peaked_policy(tmp_path / "peaked")
+    runs: dict[bool, tuple[list[Trajectory], list[dict[str, Any]], dict[str, torch.Tensor]]] = {}
+    for enabled in (True, False):
+        cfg = tiny_config(
+            peaked,
+            tmp_path / f"spec-{enabled}",
+            rollout={"n": 4, "max_new_tokens": 24},
+            spec={"enabled": enabled},
+            trainer={"checkpoint_every": 0},
+        )
+        trainer = Trainer(cfg)
+        try:
+            episodes = _first_step_episodes(trainer, cfg)  # what step 1 samples, seen from outside
+            steps = [r for r in trainer.run() if r["kind"] == "step"]
+            runs[enabled] = episodes, steps, {k: v.clone() for k, v in trainer.policy.lm_state_dict().items()}
+        finally:
+            trainer.close()
+    (episodes_on, on, weights_on), (episodes_off, off, weights_off) = runs[True], runs[False]
+    assert sum(r["mean_accepted"] for r in on) > 0 and all(r["mean_accepted"] == 0 for r in off)
+    assert all(a["tokens_per_forward"] > b["tokens_per_forward"] for a, b in zip(on, off, strict=True))
+    # The same episodes: drafts verified exactly sample the tokens plain decoding samples, and
+    # record the policy's own logprobs (the learner's forward reproduces them at every step).
+    assert len(episodes_on) == len(episodes_off) == 8
+    for a, b in zip(episodes_on, episodes_off, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    assert all(r["logprob_mismatch"] < 1e-4 for r in on + off)
+    for name, tensor in weights_on.items():  # so the same updates, up to the logprobs' float rounding
+        torch.testing.assert_close(tensor, weights_off[name], atol=1e-5, rtol=0, msg=name)
