@@ -434,7 +434,9 @@ def test_speculation_changes_nothing_in_a_training_run_but_its_forward_passes(tm
             peaked,
             tmp_path / f"spec-{enabled}",
             rollout={"n": 4, "max_new_tokens": 24},
-            spec={"enabled": enabled},
+            # Not adaptive: the cost model sizes drafts by measured forward times, which would
+            # make whether a step drafts at all depend on the machine's speed.
+            spec={"enabled": enabled, "adaptive": False, "run_ahead": {"enabled": False}},
             trainer={"checkpoint_every": 0},
         )
         trainer = Trainer(cfg)
@@ -446,13 +448,13 @@ def test_speculation_changes_nothing_in_a_training_run_but_its_forward_passes(tm
             trainer.close()
     (episodes_on, on, weights_on), (episodes_off, off, weights_off) = runs[True], runs[False]
     assert sum(r["mean_accepted"] for r in on) > 0 and all(r["mean_accepted"] == 0 for r in off)
-    assert all(a["tokens_per_forward"] > b["tokens_per_forward"] for a, b in zip(on, off, strict=True))
+    assert all(a["tokens_per_forward"] > 1 for a in on) and all(b["tokens_per_forward"] == 1 for b in off)
     # The same episodes: drafts verified exactly sample the tokens plain decoding samples, and
     # record the policy's own logprobs (the learner's forward reproduces them at every step).
     assert len(episodes_on) == len(episodes_off) == 8
     for a, b in zip(episodes_on, episodes_off, strict=True):
         assert a.token_ids == b.token_ids
-        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
     assert all(r["logprob_mismatch"] < 1e-4 for r in on + off)
     for name, tensor in weights_on.items():  # so the same updates, up to the logprobs' float rounding
-        torch.testing.assert_close(tensor, weights_off[name], atol=1e-5, rtol=0, msg=name)
+        torch.testing.assert_close(tensor, weights_off[name], atol=1e-4, rtol=0, msg=name)
