@@ -162,13 +162,9 @@ def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_pat
     text = console.export_text()
     assert "cancel: before -> after" in text and "50.0% -> 100.0%" in text
     assert "garbled turns before -> after" in text and "12.5% -> 0.0%" in text
-    once = summarize(
-        evals[:1], cfg, wall_s=1.0
-    )  # one evaluation: "after" falls back to "before", every figure
-    assert (once["success_after"], once["garbled_turn_rate_after"], once["success_after_cancel"]) == (
-        0.25,
-        0.125,
-        0.5,
-    )
+    # One evaluation: every "after" figure falls back to the "before" one.
+    once = summarize(evals[:1], cfg, wall_s=1.0)
+    after = (once["success_after"], once["garbled_turn_rate_after"], once["success_after_cancel"])
+    assert after == (0.25, 0.125, 0.5)
     plain = summarize([r for r in evals if "success_cancel" not in r or r["kind"] == "step"], cfg, wall_s=1.0)
     assert not any(k.startswith("success_after_") for k in plain)  # an env without task kinds
