@@ -10,15 +10,28 @@ the episode, so held-out success says little about which skill is missing; this 
 kind fails (on Retail: the copy of an order id, the look-up of a product id) on the same
 conversations, without sampling noise, in about a minute on a CPU.
 
+It also counts the ids the oracle writes (runs of six or more digits: item, product and order
+ids), teacher-forced in one forward pass per conversation: an id is right when the model's most
+likely next token is the oracle's at each of its tokens, given the oracle's tokens before it. The
+first token is where a model picks which record's id to write; the rest continue a copy. Ids are
+grouped by turn kind and the word before them (``text/item`` for "... (item 2309139583)",
+``get_order_details/value`` for a JSON string value), which on Retail separates an order item's id
+in a proposal from the new variant's and from the ids of calls.
+
 JSON keys (``--json``, one flat object): ``<kind>_reproduced`` and ``<kind>_turns`` per turn kind
-(``text`` or the tool's name), ``reproduced_share`` (all kinds), ``turns``, ``episodes``, ``seconds``.
+(``text`` or the tool's name), ``reproduced_share`` (all kinds), ``turns``, ``episodes``,
+``seconds``; per id group ``ids_<kind>_<word>`` (ids seen), ``ids_<kind>_<word>_first_right`` and
+``ids_<kind>_<word>_right``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import re
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,18 +51,58 @@ def turn_kind(action: str) -> str:
     return parsed.calls[0].name if parsed.calls else "text"
 
 
-def probe(model_dir: Path, env_id: str, episodes: int) -> tuple[dict[str, int], dict[str, int]]:
-    """Per turn kind, the oracle turns reproduced exactly and the turns seen."""
+_ID = re.compile(r"\d{6,}")
+"""An id: six or more digits (Retail's item, product and order ids; never a price or a zip code)."""
+
+
+@dataclass
+class Counts:
+    """What :func:`probe` counted: turns per turn kind, ids per id group."""
+
+    turns_seen: collections.Counter[str] = field(default_factory=collections.Counter)
+    turns_reproduced: collections.Counter[str] = field(default_factory=collections.Counter)
+    ids_seen: collections.Counter[str] = field(default_factory=collections.Counter)
+    ids_first_right: collections.Counter[str] = field(default_factory=collections.Counter)
+    ids_right: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def id_group(kind: str, text: str, start: int) -> str:
+    """The group of the id at ``text[start:]``: the turn kind and the word written before it."""
+    before = text[:start]
+    if before.endswith('"'):
+        return f"{kind}/value"
+    words = re.findall(r"[A-Za-z_]+", before[-24:])
+    return f"{kind}/{words[-1] if words else 'start'}"
+
+
+def count_ids(counts: Counts, kind: str, pieces: Sequence[str], right: Sequence[bool]) -> None:
+    """Count the ids of one turn: ``pieces`` its tokens' text, ``right`` whether each was predicted."""
+    text = "".join(pieces)
+    ends = [0]
+    for p in pieces:
+        ends.append(ends[-1] + len(p))
+    for match in _ID.finditer(text):
+        # The tokens that hold a character of the id.
+        covering = [i for i in range(len(pieces)) if ends[i] < match.end() and ends[i + 1] > match.start()]
+        group = id_group(kind, text, match.start())
+        counts.ids_seen[group] += 1
+        counts.ids_first_right[group] += right[covering[0]]
+        counts.ids_right[group] += all(right[i] for i in covering)
+
+
+def probe(model_dir: Path, env_id: str, episodes: int) -> Counts:
+    """Per turn kind, the oracle turns reproduced exactly; per id group, the ids predicted."""
     fmt = ChatFormat.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.nn.Module.eval(model)  # (transformers leaves PreTrainedModel.eval untyped)
     eot = fmt.stop_token_ids[0]
-    hits: collections.Counter[str] = collections.Counter()
-    seen: collections.Counter[str] = collections.Counter()
+    counts = Counts()
     for demo in collect_demos(env_id, episodes, seeds=range(episodes)):
         # The sequence exactly as SFT trains on it; each span is one oracle turn, end of turn included.
         transcript = to_transcript(fmt, demo)
         tokens = transcript.token_ids
+        with torch.inference_mode():
+            predicted = model(torch.tensor([tokens])).logits[0].argmax(-1).tolist()
         for turn, (start, end) in zip(demo.turns, transcript.turn_spans, strict=True):
             context = torch.tensor([tokens[:start]])
             with torch.inference_mode():
@@ -57,9 +110,12 @@ def probe(model_dir: Path, env_id: str, episodes: int) -> tuple[dict[str, int], 
                     context, max_new_tokens=end - start, do_sample=False, eos_token_id=eot, pad_token_id=eot
                 )
             kind = turn_kind(turn.action)
-            seen[kind] += 1
-            hits[kind] += tuple(out[0, start:].tolist()) == tokens[start:end]
-    return dict(hits), dict(seen)
+            counts.turns_seen[kind] += 1
+            counts.turns_reproduced[kind] += tuple(out[0, start:].tolist()) == tokens[start:end]
+            pieces = [str(fmt.tokenizer.decode([t], skip_special_tokens=False)) for t in tokens[start:end]]
+            right = [predicted[i - 1] == tokens[i] for i in range(start, end)]
+            count_ids(counts, kind, pieces, right)
+    return counts
 
 
 def main() -> None:
@@ -73,16 +129,25 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    hits, seen = probe(args.model, args.env, args.episodes)
+    counts = probe(args.model, args.env, args.episodes)
     seconds = time.perf_counter() - t0
+    seen, hits = counts.turns_seen, counts.turns_reproduced
     table = Table(title=f"{args.env}: oracle turns reproduced by {args.model} (greedy, teacher-forced)")
     table.add_column("turn kind")
     table.add_column("reproduced", justify="right")
     for kind in sorted(seen):
-        table.add_row(kind, f"{hits.get(kind, 0)} / {seen[kind]}")
+        table.add_row(kind, f"{hits[kind]} / {seen[kind]}")
     total, reproduced = sum(seen.values()), sum(hits.values())
     table.add_row("all", f"{reproduced} / {total} ({reproduced / max(total, 1):.0%})")
     Console().print(table)
+    ids = Table(title="ids the oracle wrote, teacher-forced: first token right, every token right")
+    for column in ("turn kind / word before", "ids", "first token", "whole id"):
+        ids.add_column(column, justify="left" if column.startswith("turn") else "right")
+    for group in sorted(counts.ids_seen):
+        n = counts.ids_seen[group]
+        ids.add_row(group, str(n), str(counts.ids_first_right[group]), str(counts.ids_right[group]))
+    if counts.ids_seen:
+        Console().print(ids)
     record: dict[str, float | int | str] = {
         "episodes": args.episodes,
         "turns": total,
@@ -90,8 +155,13 @@ def main() -> None:
     }
     record["reproduced_share"] = round(reproduced / max(total, 1), 4)
     for kind in sorted(seen):
-        record[f"{kind}_reproduced"] = hits.get(kind, 0)
+        record[f"{kind}_reproduced"] = hits[kind]
         record[f"{kind}_turns"] = seen[kind]
+    for group in sorted(counts.ids_seen):
+        key = "ids_" + group.replace("/", "_")
+        record[key] = counts.ids_seen[group]
+        record[f"{key}_first_right"] = counts.ids_first_right[group]
+        record[f"{key}_right"] = counts.ids_right[group]
     if args.json:
         write_record(args.json, record)
 

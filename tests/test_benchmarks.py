@@ -11,6 +11,7 @@ Run: ``pytest -m benchmarks tests/test_benchmarks.py`` (excluded from the defaul
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -98,3 +99,41 @@ def test_gpu_check_runs_dry_on_a_cpu(setup: dict[str, Path]) -> None:
     log = (out / "log.txt").read_text()
     assert "=== micro: rc=0" in log, log[-3000:]
     assert json.loads((out / "micro.json").read_text())
+
+
+def test_turn_probe_counts_each_id_by_its_first_token_and_by_all_of_them() -> None:
+    """The id count of ``turn_probe.py``: grouped by the word before, right only if every token is."""
+    spec = importlib.util.spec_from_file_location("turn_probe", BENCHMARKS / "turn_probe.py")
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    counts = probe.Counts()
+    # "Mat (item 2309139583) for ... (item 8605668887)": the first id's first token wrong, the
+    # second's last token wrong; a price and a short number are not ids.
+    pieces = [
+        " Mat",
+        " (",
+        "item",
+        " ",
+        "230",
+        "913",
+        "958",
+        "3",
+        ")",
+        " $",
+        "26",
+        ".",
+        "89",
+        " (",
+        "item",
+        " ",
+    ]
+    pieces += ["860", "566", "888", "7", ")"]
+    right = [True] * len(pieces)
+    right[4] = False  # "230"
+    right[19] = False  # the second id's "7"
+    probe.count_ids(counts, "text", pieces, right)
+    assert counts.ids_seen == {"text/item": 2}
+    assert counts.ids_first_right == {"text/item": 1} and counts.ids_right == {"text/item": 0}
+    probe.count_ids(counts, "get_product_details", ['{"product_id": "', "218", "454", "23", '"}'], [True] * 5)
+    assert counts.ids_seen["get_product_details/value"] == counts.ids_right["get_product_details/value"] == 1
