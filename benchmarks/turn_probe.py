@@ -15,8 +15,8 @@ ids), teacher-forced in one forward pass per conversation: an id is right when t
 likely next token is the oracle's at each of its tokens, given the oracle's tokens before it. The
 first token is where a model picks which record's id to write; the rest continue a copy. Ids are
 grouped by turn kind and the word before them (``text/item`` for "... (item 2309139583)",
-``get_order_details/value`` for a JSON string value), which on Retail separates an order item's id
-in a proposal from the new variant's and from the ids of calls.
+``get_product_details/value`` for a JSON string value, ``text/W`` for an order id ``#W5104998``),
+which on Retail separates the item ids of a proposal from the ids of calls.
 
 JSON keys (``--json``, one flat object): ``<kind>_reproduced`` and ``<kind>_turns`` per turn kind
 (``text`` or the tool's name), ``reproduced_share`` (all kinds), ``turns``, ``episodes``,
