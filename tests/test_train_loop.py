@@ -113,6 +113,8 @@ def test_training_runs_end_to_end(model_dir: Path, tmp_path: Path, estimator: st
             # The trainer's forward reproduces the rollout's logprobs: the engine had the weights
             # of the step before (they change every step).
             assert r["logprob_mismatch"] < 1e-4
+            # A random policy's rewards are all 0: no group carries a signal (PPO has no groups).
+            assert r.get("informative_group_share") == (None if estimator == "gae" else 0.0)
         if estimator == "rloo":
             assert all(r["kl"] >= 0 for r in steps) and steps[-1]["kl"] > 0
         if estimator == "gae":
@@ -176,6 +178,8 @@ def test_dynamic_sampling_refills_and_trains_on_informative_groups_only(
     # The first round leaves too few informative groups: it refills; groups whose rewards are all
     # equal (no signal) are dropped from training.
     assert step["rounds"] >= 2 and step["episodes"] == 12 * step["rounds"]
+    # Too few: the first round's share of informative groups is what made it refill.
+    assert 0.0 <= step["informative_group_share"] < 1.0
     assert 0 < step["trained_episodes"] < step["episodes"] - step["failed"] and step["grad_norm"] > 0
 
 

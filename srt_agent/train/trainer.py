@@ -348,10 +348,12 @@ class Trainer:
         Returns:
             The step's metrics record (``kind``, ``step``, the keys of
             :func:`~srt_agent.train.step_metrics.rollout_metrics` and of :meth:`Learner.update`,
-            ``rounds``, ``trained_episodes``, ``learner_s``, ``sync_s``, ``cache_states``, ``cache_mb``,
-            ``step_s``, and on baseline steps ``baseline_rollout_s``, ``srt_speedup``,
-            ``baseline_token_match`` and ``baseline_first``: 1 when the baseline ran before the
-            SRT rollout; the order alternates between baseline steps).
+            ``rounds``, ``trained_episodes``, for group estimators ``informative_group_share``
+            (of the first round's groups, those whose rewards differ), ``learner_s``, ``sync_s``,
+            ``cache_states``, ``cache_mb``, ``step_s``, and on baseline steps
+            ``baseline_rollout_s``, ``srt_speedup``, ``baseline_token_match`` and
+            ``baseline_first``: 1 when the baseline ran before the SRT rollout; the order alternates
+            between baseline steps).
         """
         cfg, t0 = self.cfg, time.perf_counter()
         every = cfg.trainer.baseline_every
@@ -377,6 +379,13 @@ class Trainer:
             record["baseline_rollout_s"] = base.seconds
             record["srt_speedup"] = base.seconds / max(got.first.seconds, 1e-9)
             record["baseline_token_match"] = token_match(got.first.trajectories, base.trajectories)
+        if cfg.algo.uses_groups:
+            # A group whose rewards are all equal has zero advantage: its tokens teach nothing (and
+            # under `token-mean` dilute the rest), so a low share says more samples per task or
+            # dynamic sampling are needed before the learning rate.
+            groups = _groups(trainable_episodes(got.first.trajectories))
+            informative = _groups(_informative(got.first.trajectories))
+            record["informative_group_share"] = informative / groups if groups else 0.0
         trainable = trainable_episodes(got.train)
         record["trained_episodes"] = float(len(trainable))
         t1 = time.perf_counter()
