@@ -381,8 +381,8 @@ class Trainer:
             record["baseline_token_match"] = token_match(got.first.trajectories, base.trajectories)
         if cfg.algo.uses_groups:
             # A group whose rewards are all equal has zero advantage: its tokens teach nothing (and
-            # under `token-mean` dilute the rest), so a low share says more samples per task or
-            # dynamic sampling are needed before the learning rate.
+            # under `token-mean` dilute the rest). A low share says few tasks a step can teach
+            # anything, whatever the learning rate (docs/retail.md).
             groups = _groups(trainable_episodes(got.first.trajectories))
             informative = _groups(_informative(got.first.trajectories))
             record["informative_group_share"] = informative / groups if groups else 0.0
