@@ -232,6 +232,7 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     assert config.model.build_preset == "retail" and config.env.id == "srt/Retail-v0"
     assert config.model.build_seed == SHIPPED["retail"].seed  # the shipped build: copied, not built
     assert config.rollout.constrain_tool_calls and config.rollout.copy_tool_arguments  # its best decoding
+    assert config.env.oracle_prefix == 0.8  # the reverse curriculum: it kept the build and its turns readable
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
     # Half its conversations recover from a misread request, half from refused proposals.
