@@ -12,7 +12,8 @@
 #   5. bench rollout at an RL batch (16 x 8 per env, batch 128, configs/gpu.yaml's spec): off, srt;
 #   6. bench engine on a random Qwen2.5-0.5B-shaped checkpoint at batch 1 and 64 (graphs vs eager);
 #   7. build the gpu-0.5b preset (Qwen2.5-0.5B's shape, bfloat16 SFT) and bench rollout on it: off, srt;
-#   8. (only when named in STAGES) retail: build the retail-gpu preset, train configs/retail-gpu.yaml
+#   8. (only when named in STAGES) retail: build the retail-gpu preset, sample 20 held-out transcripts
+#      (garbled turns), train configs/retail-gpu.yaml
 #      (constrained calls: masked CUDA graphs) and bench rollout on Retail with the built model: off, srt.
 # A stage that fails or runs out of time does not stop the later ones; every stage's log is kept.
 #
@@ -25,7 +26,7 @@
 # Training stops starting steps after TRAIN_TIME_S (default 120), then evaluates as after its last step.
 # Writes OUT_DIR/log.txt (every stage's output) and
 # OUT_DIR/{build,bench32,micro,train,bench128,engine,build05,bench05}.json (and, with the retail stage,
-# build_retail, retail and bench_retail.json).
+# build_retail, retail_sampled, retail and bench_retail.json).
 # STAGES="tests bench32 ..." runs those stages only (default: all); TESTS="-k expr" narrows the tests;
 # BENCH32_CONFIGS overrides the first benchmark's configurations. MODEL=DIR skips the build and uses DIR; DEVICE=cpu runs the same commands on a CPU (a dry run
 # for the script itself, with a small MODEL, SHAPE=embedded and BENCH_ARGS="--rounds 1 ..."); NATIVE_BUILD=0
@@ -152,6 +153,11 @@ retail=${RETAIL_MODEL:-runs/retail-gpu-model}
 if [[ -z ${RETAIL_MODEL:-} ]]; then
     stage retail 240 "${cli[@]}" build-model --preset retail-gpu --out "$retail" --force --json "$out/build_retail.json"
 fi
+# The built model's turns: 20 sampled held-out transcripts, every assistant turn parsed as a
+# well-formed tool call or plain text (retail_sampled.json's garbled_turns; the trace keeps the turns).
+stage retail 60 "${cli[@]}" eval --env srt/Retail-v0 --model "$retail" --device "$device" --episodes 20 \
+    --temperature 1 --constrain-tool-calls --copy-tool-arguments --json "$out/retail_sampled.json" \
+    --trace "$out/retail_sampled.jsonl"
 stage retail 330 "${cli[@]}" train configs/retail-gpu.yaml "model.dir=$retail" "trainer.device=$device" \
     "trainer.time_limit_s=${RETAIL_TIME:-240}" trainer.out_dir=runs/gpu-check-retail --json "$out/retail.json"
 stage retail 120 "${cli[@]}" bench rollout --model "$retail" --device "$device" --env srt/Retail-v0 \
