@@ -189,6 +189,59 @@ def test_cut_sources_keep_the_first_turns_and_drills_train_alone_first(
         replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, turns=0),))
 
 
+def test_a_finishing_stage_trains_its_sources_last_and_changes_nothing_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srt_agent.recipe.sft import SFTConfig
+
+    phases: list[tuple[set[str], float]] = []
+    real_train = build_mod.train
+
+    def recording_train(model, examples, cfg, **kwargs):  # type: ignore[no-untyped-def]
+        phases.append(({e.group for e in examples}, cfg.lr))
+        return real_train(model, examples, cfg, **kwargs)
+
+    monkeypatch.setattr(build_mod, "train", recording_train)
+    main = (("srt/Calculator-v0", 4), DemoSource("srt/GuessNumber-v0", 3))
+    finishing = DemoSource("srt/Calculator-v0", 2, turns=1, finish=True)  # tasks of its own
+    assert finishing.label == "srt/Calculator-v0/first1/finish"
+    cfg = replace(TINY, demos=(*main, finishing), finish=SFTConfig(steps=2, batch_tokens=4096, lr=1e-4))
+    build_model(tmp_path / "finished", config=cfg, show_progress=False)
+    meta = json.loads((tmp_path / "finished" / BUILD_FILE).read_text())
+    assert meta["steps"] == TINY.sft.steps + 2
+    assert meta["demos"] == {"srt/Calculator-v0": 4, "srt/GuessNumber-v0": 3, finishing.label: 2}
+    assert (
+        DemoSource("srt/Retail-v0", 2, "refused-long", finish=True).label
+        == "srt/Retail-v0/refused-long/finish"
+    )
+    # The main stage without the finishing source, then the finishing source alone at its own rate.
+    assert phases == [
+        ({"srt/Calculator-v0", "srt/GuessNumber-v0"}, TINY.sft.lr),
+        ({finishing.label}, 1e-4),
+    ]
+    # The tokenizer is trained without it: the same as a build with no finishing stage.
+    build_model(tmp_path / "plain", config=replace(TINY, demos=main), show_progress=False)
+    tokenizer = "tokenizer.json"
+    assert (tmp_path / "finished" / tokenizer).read_text() == (tmp_path / "plain" / tokenizer).read_text()
+    # ... and the finishing stage changes the weights the main stage gave.
+    finished, plain = _weights(tmp_path / "finished"), _weights(tmp_path / "plain")
+    assert any(not torch.equal(finished[k], plain[k]) for k in plain)
+
+
+def test_a_finishing_stage_and_its_sources_come_together() -> None:
+    from srt_agent.recipe.sft import SFTConfig
+
+    finishing = DemoSource("srt/Retail-v0", 2, finish=True)
+    with pytest.raises(ValueError, match="needs a finishing source"):
+        replace(TINY, finish=SFTConfig(steps=2))
+    with pytest.raises(ValueError, match="no finishing stage"):
+        replace(TINY, demos=(("srt/Calculator-v0", 4), finishing))
+    with pytest.raises(ValueError, match="main stage needs"):
+        replace(TINY, demos=(finishing,), finish=SFTConfig(steps=2))
+    with pytest.raises(ValueError, match="both a drill and a finishing"):
+        replace(TINY, demos=(("srt/Calculator-v0", 4), finishing._replace(drill=True)))
+
+
 def test_a_bad_demo_source_fails_the_build_before_any_work(tmp_path: Path) -> None:
     from srt_agent.env.multi_turn import EnvConfigError
     from srt_agent.env.registration import UnknownEnvError
@@ -236,8 +289,9 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
     assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
     # Half its conversations recover from a misread request, half from refused proposals.
-    conversations = [s for s in preset_config("retail").demos if s.env_id == "srt/Retail-v0" and not s.turns]
-    assert sorted((s.demonstrator, s.episodes) for s in conversations) == [
+    retail = preset_config("retail")
+    main = [s for s in retail.demos if s.env_id == "srt/Retail-v0" and not s.turns and not s.finish]
+    assert sorted((s.demonstrator, s.episodes) for s in main) == [
         ("misread", 2500),
         ("refused", 2500),
     ]
@@ -249,6 +303,11 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
         config.eval_temperature == gpu.eval_temperature == 0.0
     )  # held-out pass^1 is greedy, as in tau-bench
     assert preset_config("retail-gpu").drill_steps > 0  # its copying drill is trained first
+    # Both finish on long conversations of up to 18 refused proposals, at a fraction of the main rate.
+    for name in ("retail", "retail-gpu"):
+        preset = preset_config(name)
+        assert preset.finish is not None and preset.finish.lr < preset.sft.lr / 5
+        assert "refused-long" in {s.demonstrator for s in preset.demos if s.finish}
 
 
 def test_presets_match_the_run_config_choices() -> None:
@@ -320,7 +379,8 @@ def test_a_shipped_model_is_intact_and_records_its_recipe(preset: str) -> None:
     assert is_model_dir(path)
     assert shipped_build(cfg, seed=seed) == path  # the checksum holds
     meta = json.loads((path / BUILD_FILE).read_text())
-    assert meta["seed"] == seed and meta["steps"] == cfg.drill_steps + cfg.sft.steps
+    finish_steps = cfg.finish.steps if cfg.finish is not None else 0
+    assert meta["seed"] == seed and meta["steps"] == cfg.drill_steps + cfg.sft.steps + finish_steps
     assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
     assert shipped_build(cfg, seed=seed + 1) is None  # another seed is built
     # The envs and demonstrators still play the demonstrations it was built from (a rebuild would

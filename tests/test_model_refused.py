@@ -54,3 +54,17 @@ def test_the_other_turns_are_the_oracle_episode_up_to_the_first_refusal(refused,
 def test_the_refused_demonstrator_refuses_other_envs() -> None:
     with pytest.raises(ValueError, match="srt/Retail-v0 only"):
         collect_demos("srt/Calculator-v0", 1, demonstrator="refused")
+
+
+def test_the_long_demonstrator_refuses_up_to_eighteen_proposals_within_the_turn_limit() -> None:
+    from srt_agent.envs.retail.refused import LONG_REFUSALS
+
+    long = collect_demos(ENV_ID, 24, demonstrator="refused-long")
+    assert len(long) == 24  # every task still solved, within the env's 30 turns
+    counts = [sum(not t.trained for t in d.turns) for d in long]
+    assert max(counts) > MOST_REFUSALS and max(counts) <= LONG_REFUSALS
+    assert max(len(d.turns) for d in long) <= 30
+    with pytest.raises(ValueError, match="most_refusals=0"):
+        from srt_agent.envs.retail.refused import RefusedProposalOracle
+
+        RefusedProposalOracle(None, None, most_refusals=0)  # type: ignore[arg-type]

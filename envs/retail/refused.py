@@ -35,6 +35,11 @@ from srt_agent.envs.retail.oracle import PROPOSAL_END, last_outputs
 
 MOST_REFUSALS = 3
 """A demonstration has 1 to this many refused proposals (drawn per task), where the task has one."""
+LONG_REFUSALS = 18
+"""The most refused proposals of the ``refused-long`` demonstrator: conversations as long as a
+failing episode (~30 turns, ~3.5k tokens), since a built model's turns garble beyond the longest
+conversation it was trained on. The oracle's longest solution takes 11 turns, so 18 refusals still
+end within the env's 30-turn limit."""
 
 
 class RefusedProposalOracle:
@@ -43,15 +48,18 @@ class RefusedProposalOracle:
     Args:
         oracle: The env's oracle for the current task (stateless between turns).
         rng: Draws how many proposals are refused and how each is made wrong.
+        most_refusals: At most this many proposals are refused (at least one).
 
     Attributes:
         mistakes: Indexes (0-based, in the episode) of the assistant turns that were mistakes.
     """
 
-    def __init__(self, oracle: Policy, rng: np.random.Generator) -> None:
+    def __init__(self, oracle: Policy, rng: np.random.Generator, most_refusals: int = MOST_REFUSALS) -> None:
+        if most_refusals < 1:
+            raise ValueError(f"most_refusals={most_refusals} must be >= 1")
         self.oracle = oracle
         self.rng = rng
-        self.refusals = int(rng.integers(1, MOST_REFUSALS + 1))
+        self.refusals = int(rng.integers(1, most_refusals + 1))
         self.mistakes: list[int] = []
         self._turn = 0
 
@@ -103,8 +111,12 @@ def _mention(item: dict[str, Any]) -> str:
     return f"{describe_item(item['name'], item['options'])} (item {item['item_id']})"
 
 
-def refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:
+def refused_proposal_policy(env: gym.Env[Observation, str], most_refusals: int = MOST_REFUSALS) -> Policy:
     """The refused-proposal demonstrator of a Retail env's current task (seeded by its task id).
+
+    Args:
+        env: A ``srt/Retail-v0`` env, reset to its task.
+        most_refusals: At most this many proposals are refused (drawn per task from 1 up).
 
     Raises:
         ValueError: The env is not ``srt/Retail-v0`` (the proposals are Retail's).
@@ -116,4 +128,4 @@ def refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:
             "use demonstrator 'oracle'"
         )
     seed = zlib.crc32(f"refused/{inner.task_id}".encode())
-    return RefusedProposalOracle(inner.oracle(), np.random.default_rng(seed))
+    return RefusedProposalOracle(inner.oracle(), np.random.default_rng(seed), most_refusals)

@@ -66,18 +66,27 @@ def refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:
     return make_policy(env)
 
 
+def long_refused_proposal_policy(env: gym.Env[Observation, str]) -> Policy:
+    """Retail's refused-proposal demonstrator with up to ``LONG_REFUSALS`` (18) refusals: long talks."""
+    from srt_agent.envs.retail.refused import LONG_REFUSALS
+    from srt_agent.envs.retail.refused import refused_proposal_policy as make_policy
+
+    return make_policy(env, LONG_REFUSALS)
+
+
 DEMONSTRATORS: dict[str, Callable[[gym.Env[Observation, str]], Policy]] = {
     "oracle": oracle_policy,
     "mental": mental_policy,
     "stumble": stumbling_policy,
     "misread": misreading_policy,
     "refused": refused_proposal_policy,
+    "refused-long": long_refused_proposal_policy,
 }
 """Who plays the demonstrations, by name: the env's oracle, its tool-free demonstrator, the
 oracle with one call mistyped and retried (:mod:`srt_agent.recipe.stumble`), or (Retail) the
 oracle with the request misread once and corrected by the customer
 (:mod:`srt_agent.envs.retail.misread`), or with one to three proposals made wrong and refused
-first (:mod:`srt_agent.envs.retail.refused`)."""
+first (:mod:`srt_agent.envs.retail.refused`), or one to eighteen (``refused-long``)."""
 
 
 class DemoSource(NamedTuple):
@@ -93,6 +102,9 @@ class DemoSource(NamedTuple):
             many more of them per trained token.
         drill: Train on this source alone first, for the build's ``drill_steps``, then with the
             others (a skill that forms late, such as copying, learned where it is cheapest).
+        finish: Train on this source (with the other finishing ones) only after the main stage,
+            in the build's ``finish`` stage; it is also kept out of the tokenizer's training text,
+            so adding a finishing stage leaves the tokenizer and the main stage as they were.
     """
 
     env_id: str
@@ -101,12 +113,17 @@ class DemoSource(NamedTuple):
     options: Mapping[str, Any] | None = None
     turns: int | None = None
     drill: bool = False
+    finish: bool = False
 
     @property
     def label(self) -> str:
-        """The env id, with ``/<demonstrator>`` for any but the oracle and ``/first<turns>`` for a cut."""
+        """The env id and what sets the source apart.
+
+        ``/<demonstrator>`` (not the oracle), ``/first<turns>`` (a cut), ``/finish`` (a finishing source).
+        """
         label = self.env_id if self.demonstrator == "oracle" else f"{self.env_id}/{self.demonstrator}"
-        return label if self.turns is None else f"{label}/first{self.turns}"
+        label = label if self.turns is None else f"{label}/first{self.turns}"
+        return f"{label}/finish" if self.finish else label
 
 
 def demonstrator_policy(name: str) -> Callable[[gym.Env[Observation, str]], Policy]:
@@ -121,12 +138,17 @@ def demonstrator_policy(name: str) -> Callable[[gym.Env[Observation, str]], Poli
 
 
 def check_sources(sources: Sequence[DemoSource]) -> None:
-    """Raise ``ValueError`` for an unknown demonstrator, a repeated source, or too many episodes."""
+    """Raise ``ValueError`` for a bad source or a repeated one, or for too many episodes.
+
+    A bad source: an unknown demonstrator, ``turns`` below 1, or both a drill and a finishing one.
+    """
     labels = [s.label for s in sources]
     for s in sources:
         demonstrator_policy(s.demonstrator)
         if s.turns is not None and s.turns < 1:
             raise ValueError(f"demos: {s.label} keeps turns={s.turns}; give at least 1 (or none: all)")
+        if s.drill and s.finish:
+            raise ValueError(f"demos: {s.label} is both a drill and a finishing source; choose one")
         if labels.count(s.label) > 1:
             raise ValueError(f"demos: {s.label} is listed twice; give it once with the total episodes")
     for env_id in {s.env_id for s in sources}:
