@@ -303,11 +303,11 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
         config.eval_temperature == gpu.eval_temperature == 0.0
     )  # held-out pass^1 is greedy, as in tau-bench
     assert preset_config("retail-gpu").drill_steps > 0  # its copying drill is trained first
-    # Both finish on long conversations of up to 18 refused proposals, at a fraction of the main rate.
-    for name in ("retail", "retail-gpu"):
-        preset = preset_config(name)
-        assert preset.finish is not None and preset.finish.lr < preset.sft.lr / 5
-        assert "refused-long" in {s.demonstrator for s in preset.demos if s.finish}
+    # The GPU build finishes on long conversations of up to 18 refused proposals, at a fraction of
+    # the main rate.
+    gpu_preset = preset_config("retail-gpu")
+    assert gpu_preset.finish is not None and gpu_preset.finish.lr < gpu_preset.sft.lr / 5
+    assert "refused-long" in {s.demonstrator for s in gpu_preset.demos if s.finish}
 
 
 def test_presets_match_the_run_config_choices() -> None:
