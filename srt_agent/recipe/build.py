@@ -656,8 +656,10 @@ SHIPPED: dict[str, ShippedBuild] = {
 The RL quickstart trains ``tool-choice`` (seed 0): shipping its 2.4 MB build saves a new user the
 build's minutes. ``configs/retail.yaml`` trains ``retail`` (seed 2, 2.7 MB): its build takes ~25
 minutes on 2 cores. A shipped build is exactly what ``srt-agent build-model --preset NAME --seed SEED``
-writes with 2 threads (``srt_build.json`` holds the recipe and versions; a slow test rebuilds it
-and compares, a fast one compares its demonstrations' digest)."""
+writes with 2 threads on the CPU kind that built it (``srt_build.json`` holds the recipe and
+versions; a slow test rebuilds it and compares, a fast one compares its demonstrations' digest).
+Another kind's float kernels give other weights: on an AVX2 EPYC the retail preset's main stage
+ends at a loss of 0.154, not 0.055, and solves 33.0% of held-out tasks, not 38.5%."""
 
 
 def shipped_build(config: BuildConfig, seed: int) -> Path | None:
