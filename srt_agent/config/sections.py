@@ -37,8 +37,7 @@ class ModelSection(Section):
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
         "`reasoning-gym` (the same lesson on reasoning-gym's basic_arithmetic; needs that extra), "
-        "`retail` (Retail's conversations, after a copying drill; long ones to finish), "
-        "or `gpu`, `retail-gpu` and `gpu-0.5b` "
+        "`retail` (Retail's conversations, after a copying drill), or `gpu`, `retail-gpu` and `gpu-0.5b` "
         "(GPU-sized builds, on a CUDA GPU).",
     )
     build_seed: int = Field(
