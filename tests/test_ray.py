@@ -283,6 +283,9 @@ def test_a_checkpoint_keeps_each_replicas_tree_cache_and_resuming_restores_it(
         resumed.close()
 
 
+# A replacement replica starts a Ray worker that imports torch and loads the model: on a loaded
+# 2-core machine that alone has taken most of the default 120 s.
+@pytest.mark.timeout(300)
 def test_a_replica_that_died_idle_is_replaced_when_every_replica_is_asked(
     cluster: None, model_dir: Path
 ) -> None:
