@@ -68,6 +68,10 @@ def test_build_metadata_records_the_figures(tiny_dir: Path) -> None:
     assert 0 < meta["loss_tokens"] < meta["tokens_trained"]
     assert meta["seq_len"]["srt/Retail-v0"]["max"] <= meta["context"]
     assert {"torch", "transformers", "tokenizers", "srt_agent"} <= set(meta["versions"])
+    # The CPU kind decides bit-for-bit reproducibility: the build says which it ran on.
+    assert meta["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert meta["machine"]["threads"] == TINY.threads and meta["machine"]["device"] == "cpu"
+    assert meta["machine"]["cpu"]
     assert meta["seconds"] > 0 and meta["final_loss"] > 0
     assert 0 < meta["sft_seconds"] < meta["seconds"]
     assert meta["sft_tflops"] == pytest.approx(

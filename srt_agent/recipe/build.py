@@ -335,6 +335,10 @@ class BuildReport:
         sft_seconds: Wall-clock time of the SFT loop.
         sft_tflops: Its training rate, ``6 * params * tokens_trained / sft_seconds`` in TFLOP/s
             (attention's own FLOPs left out): divided by the device's peak, its MFU.
+        machine: Where it was built: ``cpu`` (model name), ``cpu_capability`` (the SIMD kernels
+            torch picked, e.g. ``AVX2``), ``threads`` and ``device`` (the SFT device, with
+            ``gpu`` naming a CUDA one). Builds are bit-for-bit reproducible for a seed only on the
+            same kernels and thread count; older builds lack the field.
     """
 
     out_dir: str
@@ -352,6 +356,7 @@ class BuildReport:
     versions: dict[str, str]
     sft_seconds: float = 0.0
     sft_tflops: float = 0.0
+    machine: dict[str, str | int] = field(default_factory=dict)
 
 
 def is_model_dir(path: str | Path) -> bool:
@@ -570,6 +575,7 @@ def build_model(
         versions=_versions(),
         sft_seconds=round(stats.seconds, 3),
         sft_tflops=float(f"{6 * params * stats.tokens / max(stats.seconds, 1e-9) / 1e12:.4g}"),
+        machine=_machine(cfg),
     )
     _save(out, model, tok, report, t0)
     report = _read_report(out)
@@ -592,6 +598,29 @@ def _versions() -> dict[str, str]:
         "tokenizers": tokenizers.__version__,
         "python": platform.python_version(),
     }
+
+
+def _machine(cfg: BuildConfig) -> dict[str, str | int]:
+    machine: dict[str, str | int] = {
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": cfg.threads,
+        "device": cfg.sft.device,
+    }
+    if cfg.sft.device.startswith("cuda"):
+        machine["gpu"] = torch.cuda.get_device_name(torch.device(cfg.sft.device))
+    return machine
+
+
+def _cpu_model() -> str:
+    # platform.processor() is empty on most Linux systems; /proc/cpuinfo names the model.
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _save(
