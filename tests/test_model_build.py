@@ -164,8 +164,11 @@ def test_cut_sources_keep_the_first_turns_and_drills_train_alone_first(
     phases: list[set[str]] = []
     real_train = build_module.train
 
+    rates: list[float] = []
+
     def recording_train(model, examples, cfg, **kwargs):  # type: ignore[no-untyped-def]
         phases.append({e.group for e in examples})
+        rates.append(cfg.lr)
         return real_train(model, examples, cfg, **kwargs)
 
     monkeypatch.setattr(build_module, "train", recording_train)
@@ -177,6 +180,7 @@ def test_cut_sources_keep_the_first_turns_and_drills_train_alone_first(
             DemoSource("srt/RetailCopy-v0", 5, drill=True),
         ),
         drill_steps=3,
+        drill_lr=TINY.sft.lr * 2,
     )
     build_model(tmp_path / "m", config=cfg, show_progress=False)
     meta = json.loads((tmp_path / "m" / BUILD_FILE).read_text())
@@ -187,8 +191,11 @@ def test_cut_sources_keep_the_first_turns_and_drills_train_alone_first(
         {"srt/RetailCopy-v0"},
         {"srt/Calculator-v0", "srt/Calculator-v0/first1", "srt/RetailCopy-v0"},
     ]
+    assert rates == [TINY.sft.lr * 2, TINY.sft.lr]  # the drill at its own rate
     with pytest.raises(ValueError, match="needs a drill source"):
         replace(TINY, drill_steps=3, demos=(DemoSource("srt/Calculator-v0", 4, turns=1),))
+    with pytest.raises(ValueError, match=r"drill_lr=0\.001 needs drill_steps > 0"):
+        replace(TINY, drill_lr=1e-3)
     with pytest.raises(ValueError, match="turns=0"):
         replace(TINY, demos=(DemoSource("srt/Calculator-v0", 4, turns=0),))
 

@@ -172,6 +172,8 @@ class BuildConfig:
             context late and all at once (an induction circuit); on a one-turn drill of nothing
             but copying (``srt/RetailCopy-v0``) that happens in 1,300-1,800 steps of short sequences,
             and carries over, in part, to Retail's conversations (measured: docs/retail.md).
+        drill_lr: Peak learning rate of the drill steps; ``None``: ``sft.lr``. A main stage may
+            need a lower rate than copying takes to form.
         finish: SFT settings of a last stage on the finishing sources alone
             (:attr:`DemoSource.finish`), after ``sft``; ``None``: no such stage (then no source may
             be a finishing one). Its ``seed`` is replaced by the build seed too.
@@ -194,6 +196,7 @@ class BuildConfig:
         default_factory=lambda: SFTConfig(steps=2700, batch_tokens=2100, lr=3e-3, warmup_steps=100)
     )
     drill_steps: int = 0
+    drill_lr: float | None = None
     finish: SFTConfig | None = None
     threads: int = 2
 
@@ -204,6 +207,10 @@ class BuildConfig:
         object.__setattr__(self, "demos", sources)
         if self.drill_steps < 0:
             raise ValueError(f"drill_steps={self.drill_steps} must be >= 0")
+        if self.drill_lr is not None and not (self.drill_lr > 0 and self.drill_steps):
+            raise ValueError(
+                f"drill_lr={self.drill_lr} needs drill_steps > 0 and a rate > 0 (or leave it None: sft.lr)"
+            )
         if self.drill_steps and not any(s.drill for s in sources):
             raise ValueError(
                 f"drill_steps={self.drill_steps} needs a drill source (a DemoSource with drill=True)"
@@ -544,7 +551,8 @@ def build_model(
         if cfg.drill_steps:
             drills = [e for s in cfg.demos if s.drill for e in examples[s.label]]
             console.print(f"drills: {cfg.drill_steps} steps on {len(drills)} short sequences first")
-            drill_cfg = SFTConfig(**{**asdict(sft_cfg), "steps": cfg.drill_steps})
+            drill_lr = sft_cfg.lr if cfg.drill_lr is None else cfg.drill_lr
+            drill_cfg = SFTConfig(**{**asdict(sft_cfg), "steps": cfg.drill_steps, "lr": drill_lr})
             drill_stats = train(model, drills, drill_cfg, pad_id=pad_id, show_progress=show_progress)
         stats = train(model, train_set, sft_cfg, pad_id=pad_id, show_progress=show_progress)
         if drill_stats is not None:
