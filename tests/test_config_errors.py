@@ -37,7 +37,7 @@ def test_bad_choice_lists_the_choices() -> None:
     assert _problems("algo.kl.mode=both") == ["algo.kl.mode = 'both': must be one of reward, loss"]
     assert _problems("model.build_preset=big") == [
         "model.build_preset = 'big': must be one of "
-        "embedded, tool-choice, retail, retail-gpu, reasoning-gym, gpu, gpu-0.5b"
+        "embedded, tool-choice, retail, retail-base, retail-gpu, reasoning-gym, gpu, gpu-0.5b"
     ]
 
 

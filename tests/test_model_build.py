@@ -253,6 +253,55 @@ def test_a_finishing_stage_and_its_sources_come_together() -> None:
         replace(TINY, demos=(("srt/Calculator-v0", 4), finishing._replace(drill=True)))
 
 
+def test_a_build_continued_from_a_base_is_the_full_build_with_its_finishing_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from srt_agent.recipe.demos import source_seeds
+    from srt_agent.recipe.sft import SFTConfig
+
+    main = (("srt/Calculator-v0", 4), DemoSource("srt/GuessNumber-v0", 3))
+    finishing = DemoSource("srt/Calculator-v0", 2, turns=1, finish=True)
+    stage = SFTConfig(steps=2, batch_tokens=4096, lr=1e-4)
+    base = replace(TINY, demos=main)
+    monkeypatch.setitem(build_mod.PRESETS, "tiny-base", base)
+    based = replace(base, demos=(finishing,), finish=stage, base="tiny-base")
+    report = build_model(tmp_path / "based", seed=1, config=based, show_progress=False)
+    build_model(tmp_path / "full", seed=1, config=replace(base, demos=(*main, finishing), finish=stage))
+    build_model(tmp_path / "base", seed=1, config=base, show_progress=False)
+    # The base's weights and tokenizer, then the stage alone: the full build's weights bit for bit.
+    got, full = _weights(tmp_path / "based"), _weights(tmp_path / "full")
+    assert got.keys() == full.keys() and all(torch.equal(got[k], full[k]) for k in full)
+    assert any(not torch.equal(got[k], v) for k, v in _weights(tmp_path / "base").items())
+    tokenizer = "tokenizer.json"
+    assert (tmp_path / "based" / tokenizer).read_text() == (tmp_path / "base" / tokenizer).read_text()
+    # Its tasks follow the base's (none trained twice), and the record names the base it started from.
+    assert source_seeds((finishing,), 1, after=base.demos) == source_seeds((*base.demos, finishing), 1)[2:]
+    assert source_seeds((finishing,), 1, after=base.demos)[0].start == source_seeds(base.demos, 1)[0].stop
+    meta = json.loads((tmp_path / "based" / BUILD_FILE).read_text())
+    assert meta["base"] == report.base == "tiny-base" and meta["steps"] == 2
+    assert meta["base_sha256"] == build_mod._sha256(tmp_path / "base" / "model.safetensors")
+    assert meta["demos"] == {finishing.label: 2}
+    # A config that changes more than the stage is refused, naming the field.
+    with pytest.raises(ValueError, match="hidden_size differ from the base preset's"):
+        build_model(tmp_path / "wide", config=replace(based, hidden_size=64), show_progress=False)
+
+
+def test_a_base_needs_a_finishing_stage_alone() -> None:
+    from srt_agent.recipe.sft import SFTConfig
+
+    finishing = DemoSource("srt/Retail-v0", 2, finish=True)
+    stage = SFTConfig(steps=2)
+    with pytest.raises(ValueError, match="needs finish=SFTConfig"):
+        replace(TINY, demos=(finishing,), base="retail-base")
+    with pytest.raises(ValueError, match=r"lack finish=True: \['srt/Calculator-v0'\]"):
+        replace(TINY, demos=(("srt/Calculator-v0", 4), finishing), finish=stage, base="retail-base")
+    with pytest.raises(ValueError, match="needs a drill source"):  # a finishing source is no drill
+        replace(TINY, demos=(finishing,), finish=stage, base="retail-base", drill_steps=5)
+    with pytest.raises(ValueError, match="unknown build preset 'nope'"):
+        replace(TINY, demos=(finishing,), finish=stage, base="nope").base_config()
+    assert preset_config("retail").base_config() == preset_config("retail-base")
+
+
 def test_a_bad_demo_source_fails_the_build_before_any_work(tmp_path: Path) -> None:
     from srt_agent.env.multi_turn import EnvConfigError
     from srt_agent.env.registration import UnknownEnvError
@@ -297,11 +346,15 @@ def test_the_retail_config_trains_the_retail_preset_on_its_env() -> None:
     assert config.model.build_seed == SHIPPED["retail"].seed  # the shipped build: copied, not built
     assert config.rollout.constrain_tool_calls and config.rollout.copy_tool_arguments  # its best decoding
     assert config.env.oracle_prefix == 0.8  # the reverse curriculum: it kept the build and its turns readable
-    assert {s.env_id for s in preset_config("retail").demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
-    assert [s.env_id for s in preset_config("retail").demos if s.drill] == ["srt/RetailCopy-v0"]
+    # The shipped retail-base build, continued by a finishing stage on long refused-proposal
+    # conversations at a fraction of its rate.
+    retail, base = preset_config("retail"), preset_config("retail-base")
+    assert retail.base == "retail-base" and retail.finish is not None and all(s.finish for s in retail.demos)
+    assert retail.finish.lr < base.sft.lr / 5 and "refused-long" in {s.demonstrator for s in retail.demos}
+    assert {s.env_id for s in base.demos} == {"srt/Retail-v0", "srt/RetailCopy-v0"}
+    assert [s.env_id for s in base.demos if s.drill] == ["srt/RetailCopy-v0"]
     # Half its conversations recover from a misread request, half from refused proposals.
-    retail = preset_config("retail")
-    main = [s for s in retail.demos if s.env_id == "srt/Retail-v0" and not s.turns and not s.finish]
+    main = [s for s in base.demos if s.env_id == "srt/Retail-v0" and not s.turns and not s.finish]
     assert sorted((s.demonstrator, s.episodes) for s in main) == [
         ("misread", 2500),
         ("refused", 2500),
@@ -391,14 +444,19 @@ def test_a_shipped_model_is_intact_and_records_its_recipe(preset: str) -> None:
     assert shipped_build(cfg, seed=seed) == path  # the checksum holds
     meta = json.loads((path / BUILD_FILE).read_text())
     finish_steps = cfg.finish.steps if cfg.finish is not None else 0
-    assert meta["seed"] == seed and meta["steps"] == cfg.drill_steps + cfg.sft.steps + finish_steps
+    base = cfg.base_config()
+    main_steps = 0 if base is not None else cfg.drill_steps + cfg.sft.steps  # a base's steps are its own
+    assert meta["seed"] == seed and meta["steps"] == main_steps + finish_steps
     assert meta["demos"] == {s.label: s.episodes for s in cfg.demos}
     assert shipped_build(cfg, seed=seed + 1) is None  # another seed is built
     # The envs and demonstrators still play the demonstrations it was built from (a rebuild would
     # give the same weights): otherwise rebuild it with `srt-agent build-model --preset P --seed S`
     # and record the new checksum and digest in SHIPPED.
-    assert demo_digest(cfg.demos, seed, read_system=cfg.read_system) == SHIPPED[preset].demos
+    after = base.demos if base is not None else ()
+    assert demo_digest(cfg.demos, seed, read_system=cfg.read_system, after=after) == SHIPPED[preset].demos
     assert shipped_build(preset_config("embedded"), seed=0) is None
+    if base is not None:  # continued from the shipped build of its base, whose weights it records
+        assert meta["base"] == cfg.base and SHIPPED[meta["base"]].sha256 == meta["base_sha256"]
 
 
 def test_ensure_model_copies_a_shipped_build_and_builds_when_it_is_altered(

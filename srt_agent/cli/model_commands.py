@@ -55,7 +55,9 @@ def build_model_cmd(
         typer.Option(
             help="embedded (the default model), tool-choice (Calculator warm start mixed with tool-free "
             "demonstrations: the RL quickstart's model), retail (Retail's conversations after a copying "
-            "drill, ~25 minutes on 2 cores; configs/retail.yaml copies its shipped seed-2 build), "
+            "drill, then a finishing stage on long conversations: ~12 minutes on 2 cores from the "
+            "shipped retail-base build, ~40 without it; configs/retail.yaml copies its shipped seed-2 "
+            "build), retail-base (retail before its finishing stage), "
             "reasoning-gym (the same lesson on reasoning-gym's basic_arithmetic; needs the reasoning-gym "
             "extra), gpu (the tool-choice lesson at ~87M parameters, built on a CUDA GPU in ~2 minutes), "
             "retail-gpu or gpu-0.5b (Retail at the gpu preset's size, finished on long conversations; "

@@ -31,13 +31,14 @@ class ModelSection(Section):
     # The names of srt_agent.recipe.build.PRESETS (a test keeps them equal): importing that module
     # here would pull torch into config parsing.
     build_preset: Literal[
-        "embedded", "tool-choice", "retail", "retail-gpu", "reasoning-gym", "gpu", "gpu-0.5b"
+        "embedded", "tool-choice", "retail", "retail-base", "retail-gpu", "reasoning-gym", "gpu", "gpu-0.5b"
     ] = Field(
         default="embedded",
         description="What `build_if_missing` builds: the embedded model, `tool-choice` (its Calculator "
         "warm start mixes tool-free demonstrations, so RL has tool use to learn; the quickstart's), "
         "`reasoning-gym` (the same lesson on reasoning-gym's basic_arithmetic; needs that extra), "
-        "`retail` (Retail's conversations, after a copying drill), or `gpu`, `retail-gpu` and `gpu-0.5b` "
+        "`retail` (Retail's conversations after a copying drill, finished on long ones; `retail-base`: "
+        "before that stage), or `gpu`, `retail-gpu` and `gpu-0.5b` "
         "(GPU-sized builds, on a CUDA GPU).",
     )
     build_seed: int = Field(

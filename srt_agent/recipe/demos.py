@@ -159,12 +159,18 @@ def check_sources(sources: Sequence[DemoSource]) -> None:
             )
 
 
-def source_seeds(sources: Sequence[DemoSource], build_seed: int) -> list[range]:
+def source_seeds(
+    sources: Sequence[DemoSource], build_seed: int, *, after: Sequence[DemoSource] = ()
+) -> list[range]:
     """Each source's env seeds: one env's sources take consecutive slices of its build block.
 
-    So two demonstrators of one env never play the same task.
+    So two demonstrators of one env never play the same task. ``after``: sources whose slices
+    come first and are skipped (a build that continues another, :attr:`BuildConfig.base
+    <srt_agent.recipe.build.BuildConfig.base>`, plays tasks its base never trained on).
     """
     used: dict[str, int] = {}
+    for s in after:
+        used[s.env_id] = used.get(s.env_id, 0) + s.episodes
     out = []
     for s in sources:
         start = used.get(s.env_id, 0)
@@ -174,17 +180,23 @@ def source_seeds(sources: Sequence[DemoSource], build_seed: int) -> list[range]:
 
 
 def demo_digest(
-    sources: Sequence[DemoSource], build_seed: int, *, read_system: bool, per_source: int = 4
+    sources: Sequence[DemoSource],
+    build_seed: int,
+    *,
+    read_system: bool,
+    per_source: int = 4,
+    after: Sequence[DemoSource] = (),
 ) -> str:
     """A fingerprint of what a build trains on: SHA-256 of each source's first demonstrations.
 
     Each source plays the first ``per_source`` seeds of its own slice (:func:`source_seeds`), and
     the digest covers their rendered chat text (what the tokenizer is trained on) and which turns
     carry loss. A change to an env, its oracle, a demonstrator or the chat template changes it,
-    within seconds, where rebuilding a model to compare its weights takes minutes.
+    within seconds, where rebuilding a model to compare its weights takes minutes. ``after`` as
+    in :func:`source_seeds`.
     """
     digest = hashlib.sha256()
-    for source, seeds in zip(sources, source_seeds(sources, build_seed), strict=True):
+    for source, seeds in zip(sources, source_seeds(sources, build_seed, after=after), strict=True):
         demos = collect_demos(
             source.env_id,
             0,

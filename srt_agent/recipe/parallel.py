@@ -66,11 +66,19 @@ def collect_job(job: tuple[DemoSource, range]) -> list[Demo]:
 
 
 def collect_all(
-    demos: Sequence[DemoSource], build_seed: int, pool: Executor | None, parts: int
+    demos: Sequence[DemoSource],
+    build_seed: int,
+    pool: Executor | None,
+    parts: int,
+    *,
+    after: Sequence[DemoSource] = (),
 ) -> dict[str, list[Demo]]:
-    """Per source (keyed by :attr:`DemoSource.label`), its solved episodes, in seed order."""
+    """Per source (keyed by :attr:`DemoSource.label`), its solved episodes, in seed order.
+
+    ``after``: sources whose seeds come first and are not played (:func:`source_seeds`).
+    """
     jobs: list[tuple[DemoSource, range]] = []
-    for source, seeds in zip(demos, source_seeds(demos, build_seed), strict=True):
+    for source, seeds in zip(demos, source_seeds(demos, build_seed, after=after), strict=True):
         count = len(seeds)
         pieces = chunks(count, parts) if count >= 2 * MIN_CHUNK else [range(count)]
         jobs.extend((source, seeds[r.start : r.stop]) for r in pieces)
