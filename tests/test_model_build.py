@@ -426,7 +426,7 @@ def test_preset_builds_fit_the_quickstart_budget_and_record_metadata(preset: str
 @pytest.mark.timeout(3600)  # a whole build: the default 120 s would stop every preset's
 @pytest.mark.parametrize("preset", sorted(SHIPPED))
 def test_a_shipped_build_is_its_presets_build_bit_for_bit(preset: str, tmp_path: Path) -> None:
-    # Same machine kind, 2 threads (the preset's): retail's build takes ~30 minutes on 2 cores.
+    # Same machine kind, 2 threads (the preset's): retail-base's build takes ~30 minutes on 2 cores.
     build_model(
         tmp_path / preset, seed=SHIPPED[preset].seed, config=preset_config(preset), show_progress=False
     )

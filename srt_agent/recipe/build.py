@@ -310,7 +310,7 @@ PRESETS: dict[str, BuildConfig] = {
         demos=RETAIL_FINISH_DEMOS,
         drill_steps=0,
         # The retail-base build, then 800 steps at a tenth of its rate on conversations as long as
-        # a failing episode (~3 min on 2 cores from the shipped base): garbled turns 4.3% -> 2.4%,
+        # a failing episode (~12 min on 2 cores from the shipped base): garbled turns 4.3% -> 2.4%,
         # held-out 38.5% -> 41.0%, the same weights on two CPU kinds (docs/retail.md).
         base="retail-base",
         finish=SFTConfig(steps=800, batch_tokens=2600, lr=3e-4, warmup_steps=50),
