@@ -185,8 +185,8 @@ class BuildConfig:
         base: A preset whose build at the same seed this one continues (shipped: copied; else
             built first): its weights and tokenizer, then the finishing stage alone on tasks of
             its own (their seeds follow the base's sources). Every source is then a finishing one
-            and the config differs from the base's only in ``demos``, ``finish`` and the drill's
-            settings (checked when building). ``None``: built from scratch. Why: a build is
+            and the config differs from the base's only in ``demos``, ``finish``, ``threads`` and
+            the drill's settings (checked when building). ``None``: built from scratch. Why: a build is
             bit-for-bit reproducible only on the CPU kind that built it, and a short stage from
             a shipped build gives the same weights wherever it runs (docs/retail.md).
     """
@@ -256,12 +256,22 @@ class BuildConfig:
 
         Raises:
             ValueError: ``base`` names no preset, or this config differs from the base's in
-                more than ``demos``, ``finish`` and the drill's settings (the fields are named).
+                more than ``demos``, ``finish``, ``threads`` and the drill's settings (the fields
+                are named).
         """
         if self.base is None:
             return None
         base = preset_config(self.base)
-        mine = replace(self, demos=base.demos, finish=base.finish, drill_steps=0, drill_lr=None, base=None)
+        # The stage's thread count is its own (the base is built, or was shipped, with the base's).
+        mine = replace(
+            self,
+            demos=base.demos,
+            finish=base.finish,
+            drill_steps=0,
+            drill_lr=None,
+            threads=base.threads,
+            base=None,
+        )
         theirs = replace(base, drill_steps=0, drill_lr=None)
         if mine != theirs:
             differ = [f.name for f in fields(theirs) if getattr(mine, f.name) != getattr(theirs, f.name)]
