@@ -186,9 +186,9 @@ class BuildConfig:
             built first): its weights and tokenizer, then the finishing stage alone on tasks of
             its own (their seeds follow the base's sources). Every source is then a finishing one
             and the config differs from the base's only in ``demos``, ``finish``, ``threads`` and
-            the drill's settings (checked when building). ``None``: built from scratch. Why: a build is
-            bit-for-bit reproducible only on the CPU kind that built it, and a short stage from
-            a shipped build gives the same weights wherever it runs (docs/retail.md).
+            the drill's settings (checked when building). ``None``: built from scratch. Why: a
+            build is bit-for-bit reproducible only on the CPU kind that built it, and a short
+            stage from a shipped build gives the same weights wherever it runs (docs/retail.md).
     """
 
     demos: tuple[DemoSource, ...] = DEFAULT_DEMOS
