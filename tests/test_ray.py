@@ -7,6 +7,7 @@ and weights reach every replica through the object store.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -283,6 +284,19 @@ def test_a_checkpoint_keeps_each_replicas_tree_cache_and_resuming_restores_it(
         resumed.close()
 
 
+def _wait_until_dead(actor: object, timeout_s: float = 60.0) -> None:
+    """Block until a killed actor refuses calls: ``ray.kill`` returns before the process is gone,
+    and a call that races ahead of the kill is still answered by the old replica."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.cache_states.remote(), timeout=10)  # type: ignore[attr-defined]
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor still answered after {timeout_s} s")
+
+
 # A replacement replica starts a Ray worker that imports torch and loads the model: on a loaded
 # 2-core machine that alone has taken most of the default 120 s.
 @pytest.mark.timeout(300)
@@ -294,6 +308,7 @@ def test_a_replica_that_died_idle_is_replaced_when_every_replica_is_asked(
     engine = RayEngine(model_dir, RayConfig(replicas=2), max_batch_size=2, cache=TreeCacheConfig())
     try:
         ray.kill(engine.replicas[1])  # no request of its own in flight: nothing replaced it yet
+        _wait_until_dead(engine.replicas[1])
         assert engine.cache_states() == [0, 0]  # asked anyway: replaced, and the new one answers
         assert engine.replaced == 1
         engine.spec_stats()
