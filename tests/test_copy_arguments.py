@@ -1,7 +1,7 @@
 """Copied tool arguments: string values come from the conversation, and the learner scores that.
 
 ``rollout.copy_tool_arguments`` narrows a constrained call's string values to the words and quoted
-strings of the turn's prompt outside the policy's own earlier calls. The grammar then depends on
+strings of the turn's prompt outside the policy's own earlier turns. The grammar then depends on
 the prompt, so the engine (live rows and drafted tree positions alike) and the learner must derive
 the same one. The engine test uses a random model over eight tokens whose only tool takes one
 string: the prompt's user text says ``Liam``, an earlier call of the policy said ``Ava``.
@@ -81,7 +81,7 @@ def test_candidates_are_the_words_and_quoted_strings_of_the_text() -> None:
 def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
     """Under copied arguments the oracle's calls stay writable: no goal becomes impossible.
 
-    The context is what the tracker reads (the conversation outside the policy's calls, without the
+    The context is what the tracker reads (the conversation outside the policy's turns, without the
     system prompt, which small models' templates leave out); a value only a docstring or the
     policy's own call holds must come from an ``enum`` (the cancellation reason does).
     """
@@ -102,7 +102,7 @@ def test_every_oracle_call_of_every_retail_task_kind_can_be_copied() -> None:
 def turn_calls(grammar: ToolCallGrammar, transcript: Any) -> Iterator[tuple[ToolCallGrammar, str]]:
     """Each call block of an episode's assistant turns, with the grammar its turn decodes under.
 
-    The context is what the tracker reads: the conversation outside the policy's calls, without the
+    The context is what the tracker reads: the conversation outside the policy's turns, without the
     system prompt (which small models' templates leave out).
     """
     seen: list[str] = []
@@ -110,11 +110,10 @@ def turn_calls(grammar: ToolCallGrammar, transcript: Any) -> Iterator[tuple[Tool
         if message.role != "assistant":
             seen.append(message.content)
             continue
-        text, blocks = split_blocks(message.content)
+        _, blocks = split_blocks(message.content)
         turn = turn_grammar(grammar, copy_candidates("\n".join(seen)))
         for block in blocks:
             yield turn, block
-        seen.append(text)
 
 
 def test_a_copy_grammar_accepts_copies_and_refuses_inventions() -> None:
@@ -194,6 +193,49 @@ def test_the_turn_grammar_comes_from_the_prompt_outside_earlier_calls() -> None:
     assert start is not None
     assert tracker.grammar.feed(start, '"Liam"') is not None
     assert tracker.grammar.feed(start, '"Ava"') is None  # the policy's own earlier value
+
+
+CHATML = (
+    "<tool_call>",
+    "</tool_call>",
+    '"Li',
+    "am",
+    '"Ava',
+    "<|im_start|>",
+    "<|im_end|>",
+    "user",
+    "assistant",
+    "\n",
+)
+
+
+class ChatTokenizer:
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        special = (CHATML.index("<|im_start|>"), CHATML.index("<|im_end|>"))
+        return "".join(CHATML[t] for t in token_ids if not (skip_special_tokens and t in special))
+
+
+def chat_prompt(*messages: tuple[str, tuple[str, ...]]) -> list[int]:
+    """ChatML token ids of ``(role, pieces)`` messages, then the assistant's turn header."""
+    ids: list[int] = []
+    for role, pieces in (*messages, ("assistant", ())):
+        ids += [CHATML.index(p) for p in ("<|im_start|>", role, "\n", *pieces)]
+        if role != "assistant" or pieces:
+            ids.append(CHATML.index("<|im_end|>"))
+    return ids
+
+
+@pytest.mark.parametrize("second", ["assistant", "user"])
+def test_the_policys_own_prose_is_not_copyable(second: str) -> None:
+    """A value the policy only wrote in its own text (an invented id in a proposal) is not a copy."""
+    vocab = Vocabulary(ChatTokenizer(), len(CHATML))
+    tracker = CallTracker(COPY, vocab)
+    tracker.resume(chat_prompt(("user", ('"Li', "am")), (second, ('"Ava',))))
+    start = tracker.grammar.feed(tracker.grammar.start(), TEXTS[HEAD])
+    assert start is not None
+    assert tracker.grammar.feed(start, '"Liam"') is not None
+    copyable = tracker.grammar.feed(start, '"Ava"') is not None
+    assert copyable == (second == "user")  # the same words from the user stay copyable
 
 
 def sample(

@@ -30,6 +30,8 @@ from srt_agent.tooling.copying import copy_candidates, turn_grammar
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
 
+CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+
 if TYPE_CHECKING:
     from srt_agent.engine.detokenizer import Detokenizer
 
@@ -86,6 +88,10 @@ class Vocabulary:
                 "add them as tokens (tokenizer.add_tokens) or turn tool-call constraints off"
             )
         self.open_id, self.close_id = tags[OPEN_TAG], tags[CLOSE_TAG]
+        # ChatML's message markers, where the tokenizer has them as single tokens: they let a
+        # prompt's text be split by role (copied arguments never come from the policy's turns).
+        self.start_id = _single(self.texts, CHATML_START)
+        self.end_id = _single(self.texts, CHATML_END)
 
 
 def _text(decoded: str | list[str]) -> str:
@@ -165,11 +171,19 @@ class CallMasks:
         return found, reads_copies
 
 
+def _single(texts: list[str], marker: str) -> int | None:
+    """The first id whose whole text is ``marker``, or None."""
+    try:
+        return texts.index(marker)
+    except ValueError:
+        return None
+
+
 class CallTracker:
     """One sequence's place in its grammar: outside a call (``state is None``) or inside one.
 
     With a ``copy_strings`` grammar, :meth:`resume` replaces :attr:`grammar` by the turn's own
-    (:func:`~srt_agent.tooling.copying.turn_grammar` of the prompt's text outside call blocks): the
+    (:func:`~srt_agent.tooling.copying.turn_grammar` of the prompt's text outside the policy's turns): the
     engine and the learner both call it on the same prompt, so they mask alike.
 
     Args:
@@ -206,21 +220,37 @@ class CallTracker:
                 return
 
     def _context(self, prompt_ids: Sequence[int]) -> str:
-        """The prompt's text outside ``<tool_call>`` blocks: what a call may copy from.
+        """The prompt's text outside the policy's own turns: what a call may copy from.
 
-        The policy's own earlier calls are left out, so a value it once invented does not become
-        copyable; what the env answered to them (a tool's output) stays in.
+        The policy's earlier assistant messages (ChatML ``<|im_start|>assistant`` ... ``<|im_end|>``,
+        where the tokenizer has those markers) and its ``<tool_call>`` blocks are left out, so a
+        value it once invented, in a call or in its prose, does not become copyable; what the
+        system prompt, the user and the tools said stays in.
         """
         vocab = self.vocabulary
-        texts, inside = vocab.texts, False
+        texts, inside, own = vocab.texts, False, False
+        role: list[str] | None = None  # the role name being read after a start marker
         parts: list[str] = []
         for token in prompt_ids:
-            if token == vocab.open_id:
+            text = texts[token] if 0 <= token < len(texts) else ""
+            if role is not None:  # "<|im_start|>" + role + "\n"
+                head, newline, tail = text.partition("\n")
+                role.append(head)
+                if newline:
+                    own, role = "".join(role).strip() == "assistant", None
+                    if not own:
+                        parts.append(tail)
+                continue
+            if token == vocab.start_id:
+                role = []
+            elif token == vocab.end_id:
+                own = inside = False
+            elif token == vocab.open_id:
                 inside = True
             elif token == vocab.close_id:
                 inside = False
-            elif not inside and 0 <= token < len(texts):
-                parts.append(texts[token])
+            elif not (inside or own):
+                parts.append(text)
         return "".join(parts)
 
     def feed(self, tokens: Sequence[int]) -> None:

@@ -73,7 +73,7 @@ class RolloutConfig(BaseModel):
     copy_tool_arguments: bool = Field(
         default=False,
         description="With constrain_tool_calls: a string argument without an enum must be a word or a "
-        "quoted string of the conversation before the turn (outside the policy's own calls): ids, names "
+        "quoted string of the conversation before the turn (outside the policy's own turns): ids, names "
         "and e-mails are copied, never invented. The turn's grammar, and so its logprobs, depend on its "
         "prompt; training scores the same masked distribution.",
     )

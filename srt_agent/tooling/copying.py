@@ -3,9 +3,9 @@
 With ``rollout.copy_tool_arguments`` a :class:`~srt_agent.tooling.grammar.ToolCallGrammar` has
 ``copy_strings`` set, and each turn decodes under :func:`turn_grammar` of it: every string value
 without an ``enum`` (array items too) becomes one of the turn's :func:`copy_candidates`, the words
-and quoted strings of its prompt outside the policy's own earlier calls. A user id, an order id, an
-item id or an e-mail can then be copied but not made up, as a dynamic enum would do in a
-structured-output engine.
+and quoted strings of its prompt outside the policy's own earlier turns (its calls and its prose).
+A user id, an order id, an item id or an e-mail can then be copied but not made up, as a dynamic
+enum would do in a structured-output engine.
 
 The candidates depend on the prompt, so the engine's tracker and the learner's replay both call
 :func:`turn_grammar` on the same prompt text (:class:`~srt_agent.engine.constraint.CallTracker`);
