@@ -10,6 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+"""ChatML's message markers (the project's tokenizer and Qwen's): ``<|im_start|>role\n ... <|im_end|>``."""
+
 Role = Literal["system", "user", "assistant", "tool"]
 """Who wrote a message. ``tool`` messages carry the result of one tool call."""
 

@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from srt_agent.chat.messages import IM_END, IM_START
 from srt_agent.errors import SrtAgentError
 from srt_agent.tooling.copying import copy_candidates, turn_grammar
 from srt_agent.tooling.grammar import CallState, ToolCallGrammar
 from srt_agent.tooling.parser import CLOSE_TAG, OPEN_TAG
-
-CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
 
 if TYPE_CHECKING:
     from srt_agent.engine.detokenizer import Detokenizer
@@ -72,7 +71,7 @@ class Vocabulary:
             except (IndexError, KeyError, OverflowError, ValueError, TypeError):  # ids past the tokenizer's
                 continue
             self.texts[i] = text
-            if text in (OPEN_TAG, CLOSE_TAG):
+            if text in (OPEN_TAG, CLOSE_TAG, IM_START, IM_END):
                 tags.setdefault(text, i)
                 continue
             if not text or plain != text or "\ufffd" in text:
@@ -90,8 +89,7 @@ class Vocabulary:
         self.open_id, self.close_id = tags[OPEN_TAG], tags[CLOSE_TAG]
         # ChatML's message markers, where the tokenizer has them as single tokens: they let a
         # prompt's text be split by role (copied arguments never come from the policy's turns).
-        self.start_id = _single(self.texts, CHATML_START)
-        self.end_id = _single(self.texts, CHATML_END)
+        self.start_id, self.end_id = tags.get(IM_START), tags.get(IM_END)
 
 
 def _text(decoded: str | list[str]) -> str:
@@ -169,14 +167,6 @@ class CallMasks:
                 if child.children:
                     stack.append((child, nxt))
         return found, reads_copies
-
-
-def _single(texts: list[str], marker: str) -> int | None:
-    """The first id whose whole text is ``marker``, or None."""
-    try:
-        return texts.index(marker)
-    except ValueError:
-        return None
 
 
 class CallTracker:

@@ -38,6 +38,7 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import srt_agent
+from srt_agent.chat.messages import IM_END
 from srt_agent.chat.template import ChatFormat
 from srt_agent.devices import resolve_device
 from srt_agent.env.registration import validate_env_options
@@ -46,7 +47,7 @@ from srt_agent.output.console import make_console
 from srt_agent.recipe.demos import Demo, DemoSource, check_sources, demo_texts
 from srt_agent.recipe.parallel import collect_all, keep_freed_memory, make_pool, tokenize_all
 from srt_agent.recipe.sft import Example, SFTConfig, SFTStats, train
-from srt_agent.recipe.tokenizer import IM_END, PAD_TOKEN, train_tokenizer
+from srt_agent.recipe.tokenizer import PAD_TOKEN, train_tokenizer
 
 log = logging.getLogger("srt_agent.recipe")
 

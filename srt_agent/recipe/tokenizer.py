@@ -31,11 +31,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from srt_agent.chat.messages import Message
+from srt_agent.chat.messages import IM_END, IM_START, Message
 
 PAD_TOKEN = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
 TAG_TOKENS = ("<tool_call>", "</tool_call>", "<answer>", "</answer>")
 """Added, non-special tokens: one id each, decoded as their text."""
