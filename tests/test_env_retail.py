@@ -5,6 +5,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from srt_agent.chat.messages import Message, assistant
@@ -12,9 +13,11 @@ from srt_agent.env.episode_loop import run_episode
 from srt_agent.env.multi_turn import EnvConfigError, oracle_policy
 from srt_agent.env.testing import check_multiturn_env
 from srt_agent.envs.retail import actions
+from srt_agent.envs.retail.db import generate_database
 from srt_agent.envs.retail.env import RetailEnv
 from srt_agent.envs.retail.phrases import STOP
-from srt_agent.envs.retail.tasks import InfoItem, missing_info, numbers_in
+from srt_agent.envs.retail.progress import task_progress
+from srt_agent.envs.retail.tasks import InfoItem, goal_database, missing_info, numbers_in, sample_task
 from srt_agent.envs.retail.tools import WRITE_TOOLS
 from srt_agent.tooling.parser import format_tool_call
 
@@ -296,3 +299,74 @@ def test_task_kinds_option_restricts_the_draw() -> None:
         result = run_episode(env, oracle_policy, seed=seed)
         assert env.task.kind == "exchange" and len(env.db.users) == 3 and len(env.db.products) == 3
         assert result.total_reward == 1.0
+
+
+# ---------------------------------------------------------------- partial credit
+
+
+def test_progress_counts_the_goals_fields_and_charges_a_wrong_write() -> None:
+    db = generate_database(np.random.default_rng(4), 8, 6)
+    task = sample_task(np.random.default_rng(5), db, "cancel")
+    goal = goal_database(db, task)
+    assert task_progress(db, goal, goal, [], []) == 1.0
+    assert task_progress(db, goal, db, [], []) == 0.0  # nothing done
+    wrong_reason = db.model_copy(deep=True)
+    reason = "ordered by mistake" if task.reason == "no longer needed" else "no longer needed"
+    actions.cancel_pending_order(wrong_reason, str(task.order_id), reason)
+    partly = task_progress(db, goal, wrong_reason, [], [])
+    assert 0.0 < partly < 1.0  # status and refund right, reason wrong
+    other = next(
+        o.order_id for o in db.orders.values() if o.status == "pending" and o.order_id != task.order_id
+    )
+    wrong_order = db.model_copy(deep=True)
+    actions.cancel_pending_order(wrong_order, other, str(task.reason))
+    assert task_progress(db, goal, wrong_order, [], []) == 0.0  # fields changed that the goal leaves alone
+    fact = InfoItem(kind="number", value="12.5", what="refund")
+    assert task_progress(db, db, db, [fact], ["That is $12.50."]) == 1.0
+    assert task_progress(db, db, db, [fact], ["That is $12."]) == 0.0
+
+
+def test_a_wrong_write_earns_partial_credit_only_when_asked() -> None:
+    rewards = {}
+    for credit in (0.0, 0.5):
+        env = RetailEnv(partial_credit=credit)
+        history, action = drive(env, 6, "cancel", is_write)
+        wrong = "ordered by mistake" if env.task.reason == "no longer needed" else "no longer needed"
+        step(env, history, action.replace(str(env.task.reason), wrong))
+        oracle = env.oracle()
+        reward, terminated, info = 0.0, False, dict[str, object]()
+        while not terminated:
+            _, reward, terminated, info = step(env, history, oracle.act(history))
+        assert info["db_match"] is False and 0.0 < float(info["progress"]) < 1.0  # type: ignore[arg-type]
+        assert reward == pytest.approx(credit * float(info["progress"]))  # type: ignore[arg-type]
+        assert not env.is_success(reward, info)
+        rewards[credit] = reward
+    assert rewards[0.0] == 0.0 and rewards[0.5] > 0.0
+
+
+def test_the_turn_limit_pays_partial_credit_for_the_goal_reached() -> None:
+    probe = RetailEnv()
+    for seed in range(50):
+        drive(probe, seed, "cancel", is_write)
+        if not probe.task.required_info:
+            break
+    write_turn = probe.turn + 1
+    env = RetailEnv(partial_credit=0.5, max_turns=write_turn)
+    _, action = drive(env, seed, "cancel", is_write)
+    _, reward, terminated, truncated, info = env.step(action)  # the right write, on the last turn
+    assert truncated and not terminated
+    assert info["progress"] == 1.0 and reward == 0.5 and not env.is_success(float(reward), info)
+    idle = RetailEnv(partial_credit=0.5, max_turns=2)
+    idle.reset(seed=seed, options={"task_kind": "cancel"})
+    idle.step("How can I help?")
+    _, reward, _, truncated, info = idle.step("How can I help?")
+    assert truncated and reward == 0.0 and info["progress"] == 0.0
+
+
+def test_partial_credit_leaves_solved_episodes_at_one() -> None:
+    env = gym.make("srt/Retail-v0", partial_credit=0.5)
+    for seed in range(8):
+        result = run_episode(env, oracle_policy, seed=seed)
+        assert result.total_reward == 1.0 and result.final_info["progress"] == 1.0
+    with pytest.raises(EnvConfigError, match="partial_credit"):
+        gym.make("srt/Retail-v0", partial_credit=1.0)

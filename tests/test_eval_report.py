@@ -106,7 +106,7 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     expected = {
         "env_id", "model", "tasks", "k", "episodes", "temperature", "constrained_tool_calls", "seed",
         "copied_tool_arguments", "oracle_prefix", "first_env_seed", "success_rate", "pass_hat_k",
-        "pass_hat_1", "pass_hat_2", "mean_reward", "mean_turns",
+        "pass_hat_1", "pass_hat_2", "mean_reward", "mean_progress", "mean_turns",
         "tokens_generated", "mean_tokens_per_episode", "forward_passes", "tokens_per_forward",
         "tool_calls", "tool_errors", "mean_tool_calls", "garbled_turns", "garbled_turn_rate", "ok",
         "truncated", "failed", "wall_s",
@@ -115,6 +115,7 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     }  # fmt: skip
     assert set(flat) == expected
     assert flat["constrained_tool_calls"] is False and flat["copied_tool_arguments"] is False
+    assert flat["mean_progress"] is None  # the env reports no progress
     out = io.StringIO()
     Console(file=out, width=100).print(report().table())
     text = out.getvalue()
@@ -127,6 +128,17 @@ def test_flat_report_is_one_level_of_scalars_and_the_table_renders() -> None:
     Console(file=out, width=100).print(constrained.table())
     assert "decoded under the tools' grammar" in out.getvalue()
     assert "copied from the conversation" in out.getvalue()
+
+
+def test_progress_the_env_reports_is_averaged_over_the_episodes_that_report_it() -> None:
+    ts = [traj(0, 0, success=T), traj(0, 1, success=F), traj(1, 0, success=F)]
+    ts[0] = dataclasses.replace(ts[0], final_info={"progress": 1.0})
+    ts[1] = dataclasses.replace(ts[1], final_info={"progress": 0.5})
+    r = summarize(ts, k=1, model="m", temperature=1.0, seed=0, wall_s=1.0)
+    assert r.mean_progress == 0.75 and r.flat()["mean_progress"] == 0.75
+    out = io.StringIO()
+    Console(file=out, width=100).print(r.table())
+    assert "share of the goal reached" in out.getvalue() and "75.0%" in out.getvalue()
 
 
 def test_labelled_tasks_get_per_kind_figures_and_endings_their_shares() -> None:
@@ -184,3 +196,9 @@ def test_training_step_metrics_carry_tool_errors_garbled_turns_endings_and_kinds
     assert m["garbled_turn_rate"] == 0.25  # the unsolved episode's last turn
     assert m["ended_terminated"] == m["ended_max_turns"] == 0.5
     assert (m["success_cancel"], m["success_info"], m["turns_info"]) == (1.0, 0.0, 2.0)
+    assert "progress_mean" not in m  # the env reports no progress
+    reported = [
+        dataclasses.replace(t, final_info={**t.final_info, "progress": p})
+        for t, p in zip(trajectories, (1.0, 0.25), strict=True)
+    ]
+    assert rollout_metrics(reported, 1.0, SpecStats())["progress_mean"] == 0.625

@@ -5,7 +5,10 @@ pending order, return or exchange items of a delivered order, or learn a fact (o
 paid, a variant's price), sometimes with the amount of money involved. The agent talks to the
 rule-based customer (:mod:`user_sim`) in plain turns and to the store through tools (:mod:`tools`).
 The customer ends the conversation with ``###STOP###``; the episode then terminates with reward 1
-iff the database equals the goal database and every requested fact was told to the customer.
+iff the database equals the goal database and every requested fact was told to the customer, else
+0 (as τ-bench scores). With ``partial_credit=w`` a failed episode, ended by the customer or by the
+turn limit, earns ``w`` times the share of the goal it reached (:mod:`progress`); success is still
+reward 1 only.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.envs.retail.db import CATALOG, Database, generate_database
+from srt_agent.envs.retail.progress import task_progress
 from srt_agent.envs.retail.tasks import TASK_KINDS, Task, TaskKind, goal_database, missing_info, sample_task
 from srt_agent.envs.retail.tools import WRITE_TOOLS, RetailSession, build_toolset
 from srt_agent.envs.retail.user_sim import UserSimulator
@@ -54,6 +58,14 @@ class RetailConfig(EnvConfig):
         TASK_KINDS, min_length=1, description=f"Task kinds drawn from, uniformly; any of {list(TASK_KINDS)}."
     )
 
+    partial_credit: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Reward of a failed episode per share of the goal it reached (0: reward is 1 or 0, "
+        "as in tau-bench; e.g. 0.5 for RL whose groups all fail or all succeed).",
+    )
+
     @field_validator("task_kinds")
     @classmethod
     def _distinct(cls, kinds: tuple[TaskKind, ...]) -> tuple[TaskKind, ...]:
@@ -83,6 +95,7 @@ class RetailEnv(MultiTurnEnv):
         self._task: Task | None = None
         self._goal: Database | None = None
         self._sim: UserSimulator | None = None
+        self._initial: Database | None = None
 
     # ---------------------------------------------------------------- episode state
     def _live(self) -> RetailSession:
@@ -132,6 +145,7 @@ class RetailEnv(MultiTurnEnv):
         db = generate_database(rng, self.config.num_users, self.config.num_products)
         self._task = sample_task(rng, db, kind)
         self._goal = goal_database(db, self._task)
+        self._initial = db.model_copy(deep=True)
         self._sim = UserSimulator(self._task, db.model_copy(deep=True), rng)
         self._session = RetailSession(db)
         task_id = f"retail-{kind}-{int(rng.integers(10**9)):09d}"
@@ -150,8 +164,24 @@ class RetailEnv(MultiTurnEnv):
         db_match = session.db == goal
         missing = missing_info(task.required_info, sim.agent_texts)
         info.update(db_match=db_match, missing_info=missing)
-        reward = 1.0 if db_match and not missing else 0.0
-        return Transition(messages=[user(reply.text)], reward=reward, terminated=True, info=info)
+        if db_match and not missing:
+            return Transition(
+                messages=[user(reply.text)], reward=1.0, terminated=True, info={**info, "progress": 1.0}
+            )
+        partial = self._partial()
+        return Transition(
+            messages=[user(reply.text)], reward=partial.reward, terminated=True, info={**info, **partial.info}
+        )
+
+    def on_truncation(self) -> Transition:
+        """The turn limit ended the episode: partial credit for the share of the goal reached."""
+        return self._partial()
+
+    def _partial(self) -> Transition:
+        task, goal, sim = self._require_task()
+        assert self._initial is not None
+        progress = task_progress(self._initial, goal, self.db, task.required_info, sim.agent_texts)
+        return Transition(reward=self.config.partial_credit * progress, info={"progress": progress})
 
     def on_tool_results(self, turn: ParsedTurn, results: list[ToolResult]) -> Transition:
         """Return the results; tell the customer about successful write actions."""

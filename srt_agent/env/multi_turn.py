@@ -179,6 +179,14 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         """React to a turn with tool calls, after they ran. Default: return the results, reward 0."""
         return Transition(messages=[r.to_message() for r in results])
 
+    def on_truncation(self) -> Transition:
+        """Reward and info for an episode the turn limit ends (called after that turn's own hook).
+
+        Default: nothing (an unfinished task earns no reward). Envs with partial credit override
+        it; messages in the returned transition are ignored (the episode is over).
+        """
+        return Transition()
+
     def is_success(self, total_reward: float, info: dict[str, Any]) -> bool:
         """Whether a finished episode counts as solved (for success rates and pass^k).
 
@@ -307,6 +315,9 @@ class MultiTurnEnv(gym.Env[Observation, str]):
         self._transcript.extend(msgs)
         truncated = not tr.terminated and self._turn >= self.config.max_turns
         self._done = tr.terminated or truncated
+        if truncated:
+            end = self.on_truncation()
+            tr = Transition(messages=msgs, reward=tr.reward + end.reward, info={**tr.info, **end.info})
         info: dict[str, Any] = {
             "task_id": self._task_id,
             "turn": self._turn,

@@ -10,6 +10,7 @@ episodes crashed.
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ class EvalReport:
         success_rate: Solved episodes / episodes.
         pass_hat: pass^j for j = 1..k (index j-1).
         mean_reward: Mean total reward per episode.
+        mean_progress: Mean of the episodes' final ``info["progress"]`` (the share of the goal an
+            env says was reached, e.g. Retail's), over the episodes that report it; ``None`` if none does.
         mean_turns: Mean generated turns per episode.
         tokens_generated: Tokens sampled over all episodes.
         forward_passes: Engine forward passes over all episodes (0 if the engine reports none).
@@ -182,6 +185,7 @@ class EvalReport:
     oracle_prefix: float | None = None
     garbled_turns: int = 0
     assistant_turns: int = 0
+    mean_progress: float | None = None
     metrics: RolloutMetrics | None = field(default=None, repr=False, compare=False)
     trajectories: tuple[Trajectory, ...] = field(default=(), repr=False, compare=False)
 
@@ -209,7 +213,8 @@ class EvalReport:
         ``first_env_seed``, ``success_rate``,
         ``pass_hat_k`` (pass^k at the run's k, a fixed key to compare runs),
         ``pass_hat_1`` .. ``pass_hat_<k>``,
-        ``mean_reward``, ``mean_turns``, ``tokens_generated``, ``mean_tokens_per_episode``,
+        ``mean_reward``, ``mean_progress`` (null unless the env reports progress), ``mean_turns``,
+        ``tokens_generated``, ``mean_tokens_per_episode``,
         ``forward_passes``, ``tokens_per_forward``, ``tool_calls``, ``tool_errors``,
         ``mean_tool_calls``, ``garbled_turns``, ``garbled_turn_rate`` (over assistant turns), ``ok``,
         ``truncated``, ``failed``, ``wall_s``, ``generation_s``, ``env_s``, ``tokens_per_s``;
@@ -242,6 +247,7 @@ class EvalReport:
         out.update({f"pass_hat_{j}": p for j, p in enumerate(self.pass_hat, 1)})
         out.update(
             mean_reward=self.mean_reward,
+            mean_progress=self.mean_progress,
             mean_turns=self.mean_turns,
             tokens_generated=self.tokens_generated,
             mean_tokens_per_episode=self.tokens_generated / self.episodes,
@@ -294,6 +300,11 @@ class EvalReport:
             ("success rate", f"{self.success_rate:.1%}"),
             *((f"pass^{j}", f"{p:.1%}") for j, p in enumerate(self.pass_hat, 1)),
             ("mean reward", f"{self.mean_reward:.3f}"),
+            *(
+                (("mean share of the goal reached", f"{self.mean_progress:.1%}"),)
+                if self.mean_progress is not None
+                else ()
+            ),
             ("mean turns", f"{self.mean_turns:.2f}"),
             ("tool calls (errors)", f"{self.tool_calls} ({self.tool_errors})"),
             *((("  decoded under the tools' grammar", "yes"),) if self.constrained else ()),
@@ -415,9 +426,16 @@ def summarize(
         oracle_prefix=oracle_prefix,
         garbled_turns=sum(garbled),
         assistant_turns=len(garbled),
+        mean_progress=mean_progress(trajectories),
         metrics=metrics,
         trajectories=tuple(trajectories),
     )
+
+
+def mean_progress(trajectories: Sequence[Trajectory]) -> float | None:
+    """Mean final ``info["progress"]`` over the episodes whose env reports it (``None`` if none does)."""
+    shares = [float(p) for t in trajectories if isinstance(p := t.final_info.get("progress"), int | float)]
+    return statistics.fmean(shares) if shares else None
 
 
 def by_kind(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:

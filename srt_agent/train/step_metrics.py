@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from srt_agent.algo.format_penalty import garbled_turns
 from srt_agent.contracts.speculation import SpecStats
 from srt_agent.contracts.trajectory import Trajectory
-from srt_agent.evaluation.report import by_kind, ending, slug
+from srt_agent.evaluation.report import by_kind, ending, mean_progress, slug
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: SpecStats) -> dict[str, float]:
@@ -28,8 +28,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     plain text, :func:`~srt_agent.tooling.parser.turn_form`), ``ended_<how>`` (share of episodes per
     :func:`~srt_agent.evaluation.report.ending`: ``ended_terminated`` is Retail's customer STOP,
     ``ended_env_truncated`` the env's turn limit), and for an env that labels its tasks (``task_kind``)
-    ``success_<kind>`` and ``turns_<kind>`` per kind in the batch. With the reverse curriculum on
-    (``env.oracle_prefix``), ``oracle_turns_mean``: turns the env's oracle played before the policy.
+    ``success_<kind>`` and ``turns_<kind>`` per kind in the batch; for an env that reports how far
+    an episode got (``info["progress"]``, Retail's share of the goal reached) ``progress_mean``. With
+    the reverse curriculum on (``env.oracle_prefix``), ``oracle_turns_mean``: turns the env's oracle
+    played before the policy.
     """
     rewards = [t.total_reward for t in trajectories]
     gen = sum(t.generated_tokens for t in trajectories)
@@ -64,6 +66,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], seconds: float, spec: Sp
     prefixes = [t.final_info["oracle_turns"] for t in trajectories if "oracle_turns" in t.final_info]
     if prefixes:
         out["oracle_turns_mean"] = statistics.fmean(prefixes)
+    progress = mean_progress(trajectories)
+    if progress is not None:
+        out["progress_mean"] = progress
     for kind, group in by_kind(trajectories).items():
         out[f"success_{slug(kind)}"] = sum(t.success for t in group) / len(group)
         out[f"turns_{slug(kind)}"] = sum(t.num_turns for t in group) / len(group)
