@@ -370,3 +370,24 @@ def test_partial_credit_leaves_solved_episodes_at_one() -> None:
         assert result.total_reward == 1.0 and result.final_info["progress"] == 1.0
     with pytest.raises(EnvConfigError, match="partial_credit"):
         gym.make("srt/Retail-v0", partial_credit=1.0)
+
+
+def test_a_refused_proposal_earns_the_share_of_the_goal_it_got_right() -> None:
+    probe = RetailEnv()
+    for seed in range(50):  # a return without an amount asked for (the proposal would tell it)
+        drive(probe, seed, "return", is_proposal)
+        if not probe.task.required_info:
+            break
+    last = probe.turn + 1  # the proposal is the episode's last turn
+    progress = {}
+    for case in ("wrong order", "right"):
+        env = RetailEnv(partial_credit=0.5, max_turns=last)
+        _, proposal = drive(env, seed, "return", is_proposal)
+        if case == "wrong order":
+            proposal = proposal.replace(str(env.task.order_id), "#W0000000")
+        _, reward, _, truncated, info = env.step(proposal)
+        assert truncated and reward == pytest.approx(0.5 * float(info["progress"]))
+        progress[case] = info["progress"]
+    # identified, the proposal (action right, then the order wrong: 1 of 4 details), no write yet
+    assert progress["wrong order"] == pytest.approx((1 + 1 / 4 + 0) / 3)
+    assert progress["right"] == pytest.approx((1 + 1 + 0) / 3)

@@ -7,8 +7,9 @@ rule-based customer (:mod:`user_sim`) in plain turns and to the store through to
 The customer ends the conversation with ``###STOP###``; the episode then terminates with reward 1
 iff the database equals the goal database and every requested fact was told to the customer, else
 0 (as τ-bench scores). With ``partial_credit=w`` a failed episode, ended by the customer or by the
-turn limit, earns ``w`` times the share of the goal it reached (:mod:`progress`); success is still
-reward 1 only.
+turn limit, earns ``w`` times how far it got (:mod:`progress`: the customer identified, the best
+proposal's share of the goal, the final database and the facts told); success is still reward 1
+only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from srt_agent.chat.messages import Message, system, user
 from srt_agent.env.episode_loop import Policy
 from srt_agent.env.multi_turn import EnvConfig, MultiTurnEnv, Transition
 from srt_agent.envs.retail.db import CATALOG, Database, generate_database
-from srt_agent.envs.retail.progress import task_progress
+from srt_agent.envs.retail.progress import dialogue_progress, task_progress
 from srt_agent.envs.retail.tasks import TASK_KINDS, Task, TaskKind, goal_database, missing_info, sample_task
 from srt_agent.envs.retail.tools import WRITE_TOOLS, RetailSession, build_toolset
 from srt_agent.envs.retail.user_sim import UserSimulator
@@ -180,7 +181,10 @@ class RetailEnv(MultiTurnEnv):
     def _partial(self) -> Transition:
         task, goal, sim = self._require_task()
         assert self._initial is not None
-        progress = task_progress(self._initial, goal, self.db, task.required_info, sim.agent_texts)
+        outcome = task_progress(self._initial, goal, self.db, task.required_info, sim.agent_texts)
+        identified = self._live().auth_user_id == task.user_id
+        proposal = None if task.kind == "info" else sim.best_proposal
+        progress = dialogue_progress(identified, proposal, outcome)
         return Transition(reward=self.config.partial_credit * progress, info={"progress": progress})
 
     def on_tool_results(self, turn: ParsedTurn, results: list[ToolResult]) -> Transition:

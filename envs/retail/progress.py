@@ -3,12 +3,17 @@
 τ-bench scores an episode 1 or 0, and so does ``srt/Retail-v0`` by default. For RL that is a sparse
 signal: when a task is solved by every sample of a group or by none, the group's rewards are equal
 and GRPO's group baseline cancels them. Partial credit tells apart two failures that differ in how
-much of the goal they reached, measured on the outcome (never on the path the agent took):
+far they got, by three milestones of equal weight:
 
-- the database, compared field by field: of the fields the goal changes (an order's status, its
-  returned or exchanged items, its payment history, a gift card's balance), how many the final
-  database has right, less the fields changed that the goal leaves alone (a wrong order touched);
-- the facts the customer asked for, stated or not (as in :func:`tasks.missing_info`).
+- identified: the agent authenticated the task's customer;
+- proposed (write tasks): the best proposal's share of the goal's details, as the customer judges
+  it (the action, the order, the reason or items, the new item, the refund's destination, checked
+  in that order); the customer only confirms a proposal that is the goal, so without this a
+  failed write task would almost never have changed the database;
+- the outcome (:func:`task_progress`): the database, compared field by field: of the fields the
+  goal changes (an order's status, its returned or exchanged items, its payment history, a gift
+  card's balance), how many the final database has right, less the fields changed that the goal
+  leaves alone (a wrong order touched); and the facts the customer asked for, stated or not.
 """
 
 from __future__ import annotations
@@ -62,3 +67,15 @@ def task_progress(
     if total == 0:
         return 0.0
     return float(max(0, right + told - wrong) / total)
+
+
+def dialogue_progress(identified: bool, proposal: float | None, outcome: float) -> float:
+    """The mean of the milestones, in [0, 1]; 1 iff every one is complete.
+
+    Args:
+        identified: The agent authenticated the task's customer.
+        proposal: The best proposal's share of the goal (``None`` for an info task: no proposal).
+        outcome: :func:`task_progress` of the episode.
+    """
+    parts = [float(identified), outcome] if proposal is None else [float(identified), proposal, outcome]
+    return sum(parts) / len(parts)

@@ -112,6 +112,8 @@ class UserSimulator:
         self.topic = task.info_topic if task.kind == "info" and task.info_topic else task.kind
         self.action_done = False
         self.agent_texts: list[str] = []
+        # The best proposal's share of the goal's details (the part of it the customer accepted).
+        self.best_proposal = 0.0
         found = [db.find_variant(i) for i in (*task.item_ids, *task.new_item_ids)]
         names = [describe_item(p.name, v.options) for p, v in (f for f in found if f is not None)]
         self.item_names = names[: len(task.item_ids)]
@@ -212,36 +214,46 @@ class UserSimulator:
             return SimReply(self._say(phrases.DENY, fix=self._need()))
         if self.action_done:
             return SimReply(self._say(phrases.ALREADY_DONE))
-        fix = self._proposal_problem(text)
+        fix, share = self._proposal_problem(text)
+        self.best_proposal = max(self.best_proposal, share)
         if fix is not None:
             return SimReply(self._say(phrases.DENY, fix=fix))
         return SimReply(self._say(phrases.AFFIRM), affirmed=True)
 
-    def _proposal_problem(self, text: str) -> str | None:
-        """``None`` when the proposed action is the goal, else the customer's correction."""
+    def _proposal_problem(self, text: str) -> tuple[str | None, float]:
+        """The customer's correction (``None`` when the proposal is the goal) and the proposal's share.
+
+        The share: of the goal's details, checked in order (action, order, reason or items, new
+        item, refund), those the proposal got right before the first wrong one.
+        """
         task, lower = self.task, text.lower()
         assert self.order is not None and task.order_id is not None
+        checks = 3 if task.kind == "cancel" else 5 if task.kind == "exchange" else 4
         if task.kind not in lower:
-            return self._need()
+            return self._need(), 0.0
         if set(ORDER_ID_RE.findall(text)) != {task.order_id}:
-            return self._say(phrases.ORDER_ID, order_id=task.order_id)
+            return self._say(phrases.ORDER_ID, order_id=task.order_id), 1 / checks
         if task.kind == "cancel":
             named = [r for r in CANCEL_REASONS if r in lower]
-            return None if named == [task.reason] else self._say(phrases.REASONS[task.reason or ""])
+            if named == [task.reason]:
+                return None, 1.0
+            return self._say(phrases.REASONS[task.reason or ""]), 2 / checks
         for item in self.order.items:
             mentioned = item.item_id in text or item.name.lower() in lower
             if mentioned != (item.item_id in task.item_ids):
                 if task.kind == "return":
-                    return self._say(phrases.RETURN_ITEMS, items=" and the ".join(self.item_names))
-                return self._say(phrases.EXCHANGE_ITEM, item=self.item_names[0])
+                    return self._say(
+                        phrases.RETURN_ITEMS, items=" and the ".join(self.item_names)
+                    ), 2 / checks
+                return self._say(phrases.EXCHANGE_ITEM, item=self.item_names[0]), 2 / checks
         if task.kind == "exchange":
             new_id, new_name = task.new_item_ids[0], self.new_item_names[0]
             if new_id not in text and new_name.lower() not in lower:
-                return self._say(phrases.NEW_ITEM, item=new_name)
+                return self._say(phrases.NEW_ITEM, item=new_name), 3 / checks
         others = [p.id for p in self.user.payment_methods if p.id != task.payment_method_id]
         choice = task.refund_choice or "original"
         phrase = "gift card" if choice == "gift_card" else "original payment method"
         named_goal = (task.payment_method_id or "") in text or phrase in lower
         if not named_goal or any(o in text for o in others):
-            return self._say(phrases.REFUND_TO[choice])
-        return None
+            return self._say(phrases.REFUND_TO[choice]), (checks - 1) / checks
+        return None, 1.0
