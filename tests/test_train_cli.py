@@ -147,13 +147,16 @@ def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_pat
     cfg = load_config(write_config(tmp_path / "tiny.yaml", tiny_settings(model_dir, tmp_path / "run")))
     evals = [
         {"kind": "eval", "step": 0, "success_rate": 0.25, "success_cancel": 0.5, "success_return": 0.0,
-         "garbled_turn_rate": 0.125},
-        {"kind": "step", "step": 1, "reward_mean": 0.5, "success_rate": 0.5, "success_cancel": 1.0},
+         "garbled_turn_rate": 0.125, "mean_progress": 0.5},
+        {"kind": "step", "step": 1, "reward_mean": 0.5, "success_rate": 0.5, "success_cancel": 1.0,
+         "informative_group_share": 0.25},
         {"kind": "eval", "step": 1, "success_rate": 0.5, "success_cancel": 1.0, "success_return": 0.0,
-         "garbled_turn_rate": 0.0},
+         "garbled_turn_rate": 0.0, "mean_progress": 0.75},
     ]  # fmt: skip
     summary = summarize(evals, cfg, wall_s=1.0)
     assert (summary["garbled_turn_rate_before"], summary["garbled_turn_rate_after"]) == (0.125, 0.0)
+    assert (summary["progress_before"], summary["progress_after"]) == (0.5, 0.75)
+    assert summary["informative_group_share_mean"] == 0.25
     assert summary["success_before_cancel"] == 0.5 and summary["success_after_cancel"] == 1.0
     assert summary["success_before_return"] == summary["success_after_return"] == 0.0
     assert "success_before_rate" not in summary and not any(isinstance(v, dict) for v in summary.values())
@@ -162,6 +165,8 @@ def test_the_summary_has_held_out_success_per_task_kind(model_dir: Path, tmp_pat
     text = console.export_text()
     assert "cancel: before -> after" in text and "50.0% -> 100.0%" in text
     assert "garbled turns before -> after" in text and "12.5% -> 0.0%" in text
+    assert "share of the goal reached" in text and "50.0% -> 75.0%" in text
+    assert "groups whose rewards differ" in text and "25.0%" in text
     # One evaluation: every "after" figure falls back to the "before" one.
     once = summarize(evals[:1], cfg, wall_s=1.0)
     after = (once["success_after"], once["garbled_turn_rate_after"], once["success_after_cancel"])

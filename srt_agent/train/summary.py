@@ -45,9 +45,13 @@ def summarize(
       ``success_before_<kind>`` / ``success_after_<kind>``: the same per task kind, where the env
       labels its tasks (Retail: ``cancel``, ``return``, ``exchange``, ``info``);
       ``garbled_turn_rate_before`` / ``garbled_turn_rate_after``: the share of those evaluations'
-      assistant turns that were neither a well-formed tool call nor plain text.
+      assistant turns that were neither a well-formed tool call nor plain text;
+      ``progress_before`` / ``progress_after``: their mean share of the way to the goal, where the
+      env reports it (Retail's ``info["progress"]``).
     * ``reward_first`` / ``reward_last``: mean episode reward of the first and last step's rollouts;
-      ``train_success_first`` / ``train_success_last``: their success rates.
+      ``train_success_first`` / ``train_success_last``: their success rates;
+      ``informative_group_share_mean``: for group estimators, the mean over steps of the share of
+      groups whose rewards differ (the only ones with a gradient).
     * ``wall_s``: seconds of this invocation (model build and evaluations included); ``build_s``:
       building the embedded model (0 if it existed); ``eval_s``: all evaluations; ``rollout_s``,
       ``learner_s``, ``baseline_s``: sums over steps of the SRT rollouts, the learner (advantages and
@@ -103,12 +107,15 @@ def summarize(
         "improvement": None if before is None or after is None else after - before,
         "garbled_turn_rate_before": evals[0].get("garbled_turn_rate") if evals else None,
         "garbled_turn_rate_after": evals[-1].get("garbled_turn_rate") if evals else None,  # as success_after
+        "progress_before": evals[0].get("mean_progress") if evals else None,
+        "progress_after": evals[-1].get("mean_progress") if evals else None,
         "eval_episodes": cfg.trainer.eval_episodes,
         "eval_temperature": cfg.eval_temperature,
         "reward_first": first.get("reward_mean"),
         "reward_last": last.get("reward_mean"),
         "train_success_first": first.get("success_rate"),
         "train_success_last": last.get("success_rate"),
+        "informative_group_share_mean": _mean(_values(steps, "informative_group_share")),
         "wall_s": wall_s,
         "build_s": build_s,
         "eval_s": sum(_values(evals, "eval_s")),
@@ -167,7 +174,22 @@ def summary_table(summary: dict[str, Any]) -> Table:
             "held-out garbled turns before -> after",
             " -> ".join(_fmt(s.get(f"garbled_turn_rate_{when}"), ".1%") for when in ("before", "after")),
         ),
+        *(
+            (
+                (
+                    "held-out share of the goal reached",
+                    " -> ".join(_fmt(s.get(f"progress_{when}"), ".1%") for when in ("before", "after")),
+                ),
+            )
+            if s.get("progress_before") is not None
+            else ()
+        ),
         ("mean reward, first -> last step", f"{_fmt(s['reward_first'])} -> {_fmt(s['reward_last'])}"),
+        *(
+            (("groups whose rewards differ (mean)", _fmt(s["informative_group_share_mean"], ".1%")),)
+            if s.get("informative_group_share_mean") is not None
+            else ()
+        ),
         ("SRT speedup (rollout, spec off / on)", _fmt(s["srt_speedup_mean"], ".2f") + "x"),
         ("tokens per forward", _fmt(s["tokens_per_forward_mean"], ".2f")),
         ("draft acceptance", _fmt(s["acceptance_rate_mean"], ".1%")),

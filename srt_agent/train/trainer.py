@@ -322,7 +322,8 @@ class Trainer:
 
         The record has ``success_rate``, ``mean_reward``, ``episodes``, ``failed``,
         ``garbled_turn_rate`` (assistant turns neither a well-formed call nor plain text),
-        ``temperature``, ``eval_s`` and, where the env labels its tasks' kinds, ``success_<kind>`` per kind.
+        ``temperature``, ``eval_s``, where the env labels its tasks' kinds ``success_<kind>`` per kind,
+        and where it reports how far episodes got (Retail) ``mean_progress``.
         """
         callback = self.progress.phase("eval", self.cfg.trainer.eval_episodes)
         t0 = time.perf_counter()
@@ -338,6 +339,8 @@ class Trainer:
         }
         # Per task kind where the env labels its tasks (Retail: cancel, return, exchange, info).
         result.update({f"success_{slug(kind)}": f.success_rate for kind, f in sorted(report.kinds.items())})
+        if report.mean_progress is not None:
+            result["mean_progress"] = report.mean_progress
         self.metrics.log({"kind": "eval", "step": step, "time": time.time(), **result})
         self.state.last_eval = step
         return result
