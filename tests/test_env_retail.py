@@ -193,19 +193,6 @@ def test_an_exchange_paid_by_a_gift_card_that_cannot_cover_the_difference_is_sti
     assert result.total_reward == 1.0, result.final_info
 
 
-def test_a_wrong_action_gives_reward_zero() -> None:
-    env = RetailEnv()
-    history, action = drive(env, 6, "cancel", is_write)
-    wrong = "ordered by mistake" if env.task.reason == "no longer needed" else "no longer needed"
-    step(env, history, action.replace(str(env.task.reason), wrong))
-    oracle = env.oracle()
-    reward, terminated, info = 0.0, False, dict[str, object]()
-    while not terminated:
-        _, reward, terminated, info = step(env, history, oracle.act(history))
-    assert reward == 0.0 and info["db_match"] is False
-    assert env.db.orders[str(env.task.order_id)].cancel_reason == wrong
-
-
 def test_customer_will_not_leave_before_hearing_the_amount_asked_for() -> None:
     env = RetailEnv()
     for seed in range(50):
@@ -326,7 +313,7 @@ def test_progress_counts_the_goals_fields_and_charges_a_wrong_write() -> None:
     assert task_progress(db, db, db, [fact], ["That is $12."]) == 0.0
 
 
-def test_a_wrong_write_earns_partial_credit_only_when_asked() -> None:
+def test_a_wrong_action_gives_reward_zero_or_partial_credit_when_asked() -> None:
     rewards = {}
     for credit in (0.0, 0.5):
         env = RetailEnv(partial_credit=credit)
@@ -340,6 +327,7 @@ def test_a_wrong_write_earns_partial_credit_only_when_asked() -> None:
         assert info["db_match"] is False and 0.0 < float(info["progress"]) < 1.0  # type: ignore[arg-type]
         assert reward == pytest.approx(credit * float(info["progress"]))  # type: ignore[arg-type]
         assert not env.is_success(reward, info)
+        assert env.db.orders[str(env.task.order_id)].cancel_reason == wrong
         rewards[credit] = reward
     assert rewards[0.0] == 0.0 and rewards[0.5] > 0.0
 
