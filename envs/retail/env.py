@@ -146,8 +146,8 @@ class RetailEnv(MultiTurnEnv):
         db = generate_database(rng, self.config.num_users, self.config.num_products)
         self._task = sample_task(rng, db, kind)
         self._goal = goal_database(db, self._task)
-        self._initial = db.model_copy(deep=True)
-        self._sim = UserSimulator(self._task, db.model_copy(deep=True), rng)
+        self._initial = db.model_copy(deep=True)  # read only: the customer's memory and partial credit's base
+        self._sim = UserSimulator(self._task, self._initial, rng)
         self._session = RetailSession(db)
         task_id = f"retail-{kind}-{int(rng.integers(10**9)):09d}"
         return task_id, [system(SYSTEM_PROMPT), user(self._sim.opening())]
@@ -165,13 +165,9 @@ class RetailEnv(MultiTurnEnv):
         db_match = session.db == goal
         missing = missing_info(task.required_info, sim.agent_texts)
         info.update(db_match=db_match, missing_info=missing)
-        if db_match and not missing:
-            return Transition(
-                messages=[user(reply.text)], reward=1.0, terminated=True, info={**info, "progress": 1.0}
-            )
-        partial = self._partial()
+        end = Transition(reward=1.0, info={"progress": 1.0}) if db_match and not missing else self._partial()
         return Transition(
-            messages=[user(reply.text)], reward=partial.reward, terminated=True, info={**info, **partial.info}
+            messages=[user(reply.text)], reward=end.reward, terminated=True, info={**info, **end.info}
         )
 
     def on_truncation(self) -> Transition:
